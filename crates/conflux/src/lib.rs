@@ -1,0 +1,10 @@
+//! conflux: collective communication for CPU processes over shared memory and TCP.
+
+pub mod dtype;
+pub mod error;
+pub mod reduce;
+pub mod store;
+pub mod transport;
+
+pub use dtype::{DataType, Element, ReduceOp};
+pub use error::{Error, Result};

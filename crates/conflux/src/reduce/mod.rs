@@ -1,0 +1,1 @@
+//! Reduction kernels: AVX2 when the CPU has it, portable code otherwise.
