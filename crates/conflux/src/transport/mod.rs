@@ -1,5 +1,25 @@
 //! Links between ranks: shared memory within a host, TCP across hosts.
+//!
+//! Algorithms see only [`Transport::exchange`]: a set of sends and receives with peers that
+//! progress together until all are done, as one step of a schedule. Whether a peer is reached
+//! through shared memory or TCP is decided at setup and invisible above this module.
 
+mod frame;
+mod ring;
+pub(crate) mod shm;
+mod tcp;
+pub(crate) mod wait;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use frame::Sink;
+pub(crate) use frame::COLL_BIT;
+use frame::RxState;
+use ring::{SendProgress, ShmRx, ShmTx};
+pub(crate) use shm::{Layout, Segment};
+pub(crate) use tcp::{tune_socket, TcpLink};
+use wait::{Idle, SocketInterest, Waiter};
 /// Why a transfer on a link failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinkError {
@@ -32,5 +52,188 @@ impl LinkError {
             LinkError::Timeout { peers, .. } => peers.first().copied(),
             LinkError::Aborted => None,
         }
+    }
+}
+
+/// One transfer of a step.
+pub enum Xfer<'a> {
+    /// Sends `data` to `peer` as one message tagged `tag`.
+    Send { peer: usize, tag: u64, data: &'a [u8] },
+    /// Receives the next message tagged `tag` from `peer` into `sink`; its length must equal the sink's.
+    Recv { peer: usize, tag: u64, sink: Sink<'a> },
+}
+
+impl Xfer<'_> {
+    fn peer(&self) -> usize {
+        match self {
+            Xfer::Send { peer, .. } | Xfer::Recv { peer, .. } => *peer,
+        }
+    }
+    fn is_send(&self) -> bool {
+        matches!(self, Xfer::Send { .. })
+    }
+}
+
+pub(crate) enum Wire {
+    Shm { tx: ShmTx, rx: ShmRx },
+    Tcp(TcpLink),
+}
+
+/// The link to one peer.
+pub(crate) struct Link {
+    wire: Wire,
+    rx: RxState,
+}
+
+impl Link {
+    pub fn shm(seg: &Arc<Segment>, me: usize, peer: usize) -> Link {
+        Link {
+            wire: Wire::Shm { tx: ShmTx::new(seg.clone(), me, peer), rx: ShmRx::new(seg.clone(), peer, me) },
+            rx: RxState::default(),
+        }
+    }
+    pub fn tcp(link: TcpLink) -> Link {
+        Link { wire: Wire::Tcp(link), rx: RxState::default() }
+    }
+    pub fn is_shm(&self) -> bool {
+        matches!(self.wire, Wire::Shm { .. })
+    }
+}
+
+/// Most payload bytes one progress call moves on one transfer, so that sends and receives of
+/// one step take turns and a receiver reduces while its sender still writes.
+const BUDGET: usize = 128 << 10;
+
+/// All links of one rank, and how it waits on them.
+pub struct Transport {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) links: Vec<Option<Link>>,
+    pub(crate) waiter: Waiter,
+    /// Set once a link failed: nothing on this transport can be trusted after that.
+    pub(crate) broken: Option<LinkError>,
+    /// Chunks the direct shared-segment algorithms have run (the same count on every rank).
+    pub(crate) direct_gen: u64,
+    /// Collectives run so far; numbers the tags of their messages.
+    pub(crate) seq: u64,
+}
+
+#[derive(Default, Clone, Copy)]
+struct XState {
+    done: bool,
+    send: SendProgress,
+}
+
+impl Transport {
+    /// Runs one step: progresses every transfer until all are done, the deadline passes, a peer
+    /// fails, or the communicator is aborted. Transfers to or from one peer in one direction
+    /// complete in the order given.
+    pub fn exchange(&mut self, xfers: &mut [Xfer<'_>], deadline: Instant) -> Result<(), LinkError> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let r = self.run(xfers, deadline);
+        if let Err(e) = &r {
+            self.waiter.report(e);
+            self.broken = Some(e.clone());
+        }
+        r
+    }
+
+    fn run(&mut self, xfers: &mut [Xfer<'_>], deadline: Instant) -> Result<(), LinkError> {
+        for x in xfers.iter() {
+            let p = x.peer();
+            if p == self.rank || p >= self.size || self.links[p].is_none() {
+                return Err(LinkError::Io { peer: p, detail: "no link to this rank".into() });
+            }
+        }
+        let mut st = vec![XState::default(); xfers.len()];
+        let mut idle = Idle::default();
+        loop {
+            let mut progressed = false;
+            let mut pending = 0;
+            for i in 0..xfers.len() {
+                if st[i].done {
+                    continue;
+                }
+                pending += 1;
+                let (p, send) = (xfers[i].peer(), xfers[i].is_send());
+                let blocked = (0..i).any(|j| !st[j].done && xfers[j].peer() == p && xfers[j].is_send() == send);
+                if blocked {
+                    continue;
+                }
+                let link = self.links[p].as_mut().expect("checked above");
+                let (prog, done) = step(link, p, &mut xfers[i], &mut st[i].send)?;
+                progressed |= prog;
+                if done {
+                    st[i].done = true;
+                    pending -= 1;
+                }
+            }
+            if pending == 0 {
+                idle.progressed(&self.waiter);
+                return Ok(());
+            }
+            if progressed {
+                idle.progressed(&self.waiter);
+                continue;
+            }
+            let links = &self.links;
+            let open = || (0..xfers.len()).filter(|&i| !st[i].done);
+            idle.wait(&mut self.waiter, deadline, || {
+                let mut shm_pending = false;
+                let mut sockets = Vec::new();
+                for i in open() {
+                    match &links[xfers[i].peer()].as_ref().expect("checked").wire {
+                        Wire::Shm { .. } => shm_pending = true,
+                        Wire::Tcp(t) => sockets.push(SocketInterest {
+                            fd: t.fd(),
+                            read: !xfers[i].is_send(),
+                            write: xfers[i].is_send(),
+                        }),
+                    }
+                }
+                let mut peers: Vec<usize> = open().map(|i| xfers[i].peer()).collect();
+                peers.dedup();
+                (shm_pending, sockets, peers)
+            })?;
+        }
+    }
+
+    /// Waits until `ready()` holds, for conditions on the shared segment (the direct
+    /// algorithms). `laggards()` names the ranks still awaited, for a timeout's error.
+    pub(crate) fn wait_until(
+        &mut self,
+        deadline: Instant,
+        mut ready: impl FnMut() -> bool,
+        laggards: impl Fn() -> Vec<usize>,
+    ) -> Result<(), LinkError> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let mut idle = Idle::default();
+        let r = loop {
+            if ready() {
+                idle.progressed(&self.waiter);
+                break Ok(());
+            }
+            if let Err(e) = idle.wait(&mut self.waiter, deadline, || (true, Vec::new(), laggards())) {
+                break Err(e);
+            }
+        };
+        if let Err(e) = &r {
+            self.waiter.report(e);
+            self.broken = Some(e.clone());
+        }
+        r
+    }
+}
+
+fn step(link: &mut Link, peer: usize, x: &mut Xfer<'_>, send: &mut SendProgress) -> Result<(bool, bool), LinkError> {
+    match (x, &mut link.wire) {
+        (Xfer::Send { tag, data, .. }, Wire::Shm { tx, .. }) => Ok(tx.send(*tag, data, send, BUDGET)),
+        (Xfer::Send { tag, data, .. }, Wire::Tcp(t)) => t.send(*tag, data, send),
+        (Xfer::Recv { tag, sink, .. }, Wire::Shm { rx, .. }) => link.rx.step(rx, peer, *tag, sink, BUDGET),
+        (Xfer::Recv { tag, sink, .. }, Wire::Tcp(t)) => link.rx.step(t, peer, *tag, sink, BUDGET),
     }
 }

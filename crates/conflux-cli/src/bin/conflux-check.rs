@@ -1,0 +1,419 @@
+//! `conflux-check SCENARIO`: a rank program that runs collectives and checks every result
+//! against an independently computed reference. Start it under `conflux run -n N` (or with
+//! torchrun's variables set by hand). It exits 0 only when every check passed; the tests use
+//! it, and it is a quick way to validate an installation.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use conflux::{Communicator, DataType, Error, ReduceOp};
+use conflux_cli::verify::{self, Num};
+use conflux_cli::with_dtype;
+
+const SMALL_COUNTS: [usize; 4] = [0, 1, 7, 1000];
+const LARGE: usize = 1_048_579;
+
+struct Checker {
+    comm: Communicator,
+    passed: usize,
+    failed: Vec<String>,
+}
+
+impl Checker {
+    fn expect(&mut self, what: &str, wrong: Option<(usize, f64, f64)>) {
+        match wrong {
+            None => self.passed += 1,
+            Some((i, got, want)) => {
+                self.failed.push(format!("{what}: element {i} is {got}, expected {want}"))
+            }
+        }
+    }
+    fn ok(&mut self, what: &str, r: Result<(), Error>) -> bool {
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                self.failed.push(format!("{what}: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Every collective, in place and out of place, for one dtype, op and count.
+    fn collectives<T: Num>(&mut self, op: ReduceOp, count: usize) {
+        let (n, r) = (self.comm.size(), self.comm.rank());
+        let d = T::DTYPE;
+        let tag = |name: &str| format!("{name}({d}, count={count}, {op}, n={n})");
+        let mine = |count: usize| {
+            let mut v = vec![T::from_f64(0.0); count];
+            verify::fill(&mut v, op, r, 0);
+            v
+        };
+        let want = |i: usize| verify::reduced(d, op, n, i);
+
+        // all_reduce, in place and out of place.
+        let mut buf = mine(count);
+        if self.ok(&tag("all_reduce"), self.comm.all_reduce(&mut buf, op)) {
+            self.expect(&tag("all_reduce"), verify::first_wrong(&buf, want));
+        }
+        let send = mine(count);
+        let mut out = vec![T::from_f64(0.0); count];
+        if self.ok(&tag("all_reduce_into"), self.comm.all_reduce_into(&send, &mut out, op)) {
+            self.expect(&tag("all_reduce_into"), verify::first_wrong(&out, want));
+            self.expect(&tag("all_reduce_into keeps send"), verify::first_wrong(&send, |i| verify::input(d, op, r, i)));
+        }
+
+        // reduce to every root in turn (cheap counts) or to the last rank.
+        let roots: Vec<usize> = if count <= 7 { (0..n).collect() } else { vec![n - 1] };
+        for root in roots {
+            let mut buf = mine(count);
+            if self.ok(&tag("reduce"), self.comm.reduce(&mut buf, op, root)) {
+                if r == root {
+                    self.expect(&tag("reduce at root"), verify::first_wrong(&buf, want));
+                } else {
+                    self.expect(&tag("reduce leaves non-root"), verify::first_wrong(&buf, |i| verify::input(d, op, r, i)));
+                }
+            }
+        }
+
+        // reduce_scatter: every rank contributes n blocks of `count`.
+        let send = mine(count * n);
+        let mut out = vec![T::from_f64(0.0); count];
+        if self.ok(&tag("reduce_scatter"), self.comm.reduce_scatter(&send, &mut out, op)) {
+            self.expect(&tag("reduce_scatter"), verify::first_wrong(&out, |i| verify::reduced(d, op, n, r * count + i)));
+        }
+        let mut buf = mine(count * n);
+        if self.ok(&tag("reduce_scatter_in_place"), self.comm.reduce_scatter_in_place(&mut buf, op)) {
+            let block = &buf[r * count..(r + 1) * count];
+            self.expect(&tag("reduce_scatter_in_place"), verify::first_wrong(block, |i| verify::reduced(d, op, n, r * count + i)));
+        }
+    }
+
+    /// Collectives without a reduction, for one dtype and count.
+    fn movement<T: Num>(&mut self, count: usize) {
+        let (n, r) = (self.comm.size(), self.comm.rank());
+        let d = T::DTYPE;
+        let op = ReduceOp::Sum;
+        let tag = |name: &str| format!("{name}({d}, count={count}, n={n})");
+        // The value rank `src` holds at element i.
+        let val = |src: usize, i: usize| verify::input(d, op, src, i);
+        let of = |src: usize, base: usize, len: usize| {
+            let mut v = vec![T::from_f64(0.0); len];
+            verify::fill(&mut v, op, src, base);
+            v
+        };
+
+        let roots: Vec<usize> = if count <= 7 { (0..n).collect() } else { vec![0, n - 1] };
+        for root in roots {
+            let mut buf = if r == root { of(r, 0, count) } else { vec![T::from_f64(0.0); count] };
+            if self.ok(&tag("broadcast"), self.comm.broadcast(&mut buf, root)) {
+                self.expect(&format!("{} root={root}", tag("broadcast")), verify::first_wrong(&buf, |i| val(root, i)));
+            }
+        }
+
+        let send = of(r, 0, count);
+        let mut out = vec![T::from_f64(0.0); count * n];
+        if self.ok(&tag("all_gather"), self.comm.all_gather(&send, &mut out)) {
+            self.expect(&tag("all_gather"), verify::first_wrong(&out, |i| val(i / count.max(1), i % count.max(1))));
+        }
+        let mut buf = vec![T::from_f64(0.0); count * n];
+        buf[r * count..(r + 1) * count].copy_from_slice(&send);
+        if self.ok(&tag("all_gather_in_place"), self.comm.all_gather_in_place(&mut buf)) {
+            self.expect(&tag("all_gather_in_place"), verify::first_wrong(&buf, |i| val(i / count.max(1), i % count.max(1))));
+        }
+
+        // all_to_all: rank r's block p holds input(r, p*count + i); rank p receives it as block r.
+        let send = of(r, 0, count * n);
+        let mut out = vec![T::from_f64(0.0); count * n];
+        if self.ok(&tag("all_to_all"), self.comm.all_to_all(&send, &mut out)) {
+            let c = count.max(1);
+            self.expect(&tag("all_to_all"), verify::first_wrong(&out, |i| val(i / c, r * count + i % c)));
+        }
+
+        // all_to_all_v: rank s sends (s + p) % 3 * count/2 + p elements to rank p.
+        let amount = |s: usize, p: usize| (s + p) % 3 * (count / 2) + p;
+        let send_counts: Vec<usize> = (0..n).map(|p| amount(r, p)).collect();
+        let recv_counts: Vec<usize> = (0..n).map(|s| amount(s, r)).collect();
+        let send = of(r, 0, send_counts.iter().sum());
+        let mut out = vec![T::from_f64(0.0); recv_counts.iter().sum()];
+        if self.ok(&tag("all_to_all_v"), self.comm.all_to_all_v(&send, &send_counts, &mut out, &recv_counts)) {
+            // Element j of the block from s is element (offset of block r in s's send) + j of s's input.
+            let mut expect = Vec::with_capacity(out.len());
+            for s in 0..n {
+                let off: usize = (0..r).map(|p| amount(s, p)).sum();
+                expect.extend((0..amount(s, r)).map(|j| val(s, off + j)));
+            }
+            self.expect(&tag("all_to_all_v"), verify::first_wrong(&out, |i| expect[i]));
+        }
+    }
+}
+
+fn scenario_colls(comm: Communicator, quick: bool) -> Checker {
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
+    let dtypes: Vec<DataType> = if quick { vec![DataType::F32, DataType::BF16, DataType::I8] } else { DataType::ALL.to_vec() };
+    for &d in &dtypes {
+        for &count in &SMALL_COUNTS {
+            for op in ReduceOp::ALL {
+                with_dtype!(d, T => c.collectives::<T>(op, count));
+            }
+            with_dtype!(d, T => c.movement::<T>(count));
+        }
+    }
+    // One large, odd count through every algorithm's chunking, for a few types.
+    c.collectives::<f32>(ReduceOp::Sum, LARGE);
+    c.movement::<f32>(LARGE);
+    if !quick {
+        c.collectives::<half::bf16>(ReduceOp::Avg, LARGE);
+        c.collectives::<i32>(ReduceOp::Max, LARGE);
+    }
+    let r = c.comm.barrier();
+    c.ok("barrier", r);
+    c
+}
+
+/// Async operations complete in issue order and carry their own buffers.
+fn scenario_async(comm: Communicator) -> Checker {
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
+    let (n, r) = (c.comm.size(), c.comm.rank());
+    let k = 16;
+    let mut works = Vec::new();
+    for j in 0..k {
+        let len = 1000 + j * 4099;
+        let v: Vec<f32> = (0..len).map(|i| (r * j + i % 7) as f32).collect();
+        works.push((j, len, c.comm.all_reduce_async(v, ReduceOp::Sum)));
+    }
+    // A blocking call issued after them runs after them.
+    let mut b = vec![r as i64; 5];
+    let br = c.comm.all_reduce(&mut b, ReduceOp::Sum);
+    c.ok("blocking all_reduce after async ones", br);
+    let total: i64 = (0..n as i64).sum();
+    c.expect("blocking after async", verify::first_wrong(&b, |_| total as f64));
+    for (j, _, w) in &works {
+        if !w.is_completed() {
+            c.failed.push(format!("async all_reduce #{j} not completed although a later blocking call returned"));
+        }
+    }
+    for (j, len, w) in works {
+        match w.wait() {
+            Ok(v) => {
+                let want = |i: usize| ((0..n).map(|q| q * j).sum::<usize>() + n * (i % 7)) as f64;
+                assert_eq!(v.len(), len);
+                c.expect(&format!("async all_reduce #{j}"), verify::first_wrong(&v, want));
+            }
+            Err(e) => c.failed.push(format!("async all_reduce #{j}: {e}")),
+        }
+    }
+    // Overlap: a large async all_reduce runs while this thread computes.
+    let big: Vec<f32> = vec![1.0; 4 << 20];
+    let w = c.comm.all_reduce_async(big, ReduceOp::Sum);
+    let spin = Instant::now();
+    let mut x = 0u64;
+    while spin.elapsed() < Duration::from_millis(20) {
+        x = x.wrapping_mul(31).wrapping_add(7);
+    }
+    std::hint::black_box(x);
+    match w.wait() {
+        Ok(v) => c.expect("async overlap", verify::first_wrong(&v, |_| n as f64)),
+        Err(e) => c.failed.push(format!("async overlap: {e}")),
+    }
+    let bw = c.comm.barrier_async().wait();
+    c.ok("barrier_async", bw);
+    c
+}
+
+/// Tagged send/recv: out-of-order tags, a two-stage pipeline, every pair.
+fn scenario_p2p(comm: Communicator) -> Checker {
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
+    let (n, r) = (c.comm.size(), c.comm.rank());
+    if n < 2 {
+        return c;
+    }
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    // Send tags 1 then 2 (2 is large, larger than a ring); receive 2 then 1.
+    let small: Vec<i32> = vec![r as i32; 10];
+    let large: Vec<f64> = (0..(3 << 20) / 8).map(|i| (r * 1000 + i) as f64).collect();
+    let w1 = c.comm.send_async(small, right, 1);
+    let w2 = c.comm.send_async(large, right, 2);
+    let mut got_large = vec![0f64; (3 << 20) / 8];
+    let mut got_small = vec![0i32; 10];
+    let e = c.comm.recv(&mut got_large, left, 2);
+    if c.ok("recv tag 2", e) {
+        c.expect("recv tag 2", verify::first_wrong(&got_large, |i| (left * 1000 + i) as f64));
+    }
+    let e = c.comm.recv(&mut got_small, left, 1);
+    if c.ok("recv tag 1", e) {
+        c.expect("recv tag 1", verify::first_wrong(&got_small, |_| left as f64));
+    }
+    let e = w1.wait().map(|_| ());
+    c.ok("send tag 1", e);
+    let e = w2.wait().map(|_| ());
+    c.ok("send tag 2", e);
+    // Every ordered pair, one message each, with a collective in between the sends.
+    for d in 1..n {
+        let to = (r + d) % n;
+        let from = (r + n - d) % n;
+        let w = c.comm.send_async(vec![(r * n + to) as u8; 3], to, 7);
+        let mut buf = vec![0u8; 3];
+        let e = c.comm.recv(&mut buf, from, 7);
+        if c.ok("pairwise recv", e) {
+            c.expect("pairwise recv", verify::first_wrong(&buf, |_| ((from * n + r) % 256) as f64));
+        }
+        let e = w.wait().map(|_| ());
+        c.ok("pairwise send", e);
+    }
+    // A pipeline: rank 0 produces, every later stage adds its rank and forwards.
+    let mut act = vec![0f32; 4096];
+    for step in 0..5 {
+        if r == 0 {
+            act.iter_mut().enumerate().for_each(|(i, a)| *a = (i + step) as f32);
+        } else {
+            let e = c.comm.recv(&mut act, r - 1, 100 + step as u32);
+            c.ok("pipeline recv", e);
+            act.iter_mut().for_each(|a| *a += r as f32);
+        }
+        if r + 1 < n {
+            let e = c.comm.send(&act, r + 1, 100 + step as u32);
+            c.ok("pipeline send", e);
+        } else {
+            let added: usize = (1..n).sum();
+            c.expect("pipeline output", verify::first_wrong(&act, |i| (i + step + added) as f64));
+        }
+    }
+    c
+}
+
+/// Bad arguments get typed errors and leave the communicator usable.
+fn scenario_errors(comm: Communicator) -> Checker {
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
+    let n = c.comm.size();
+    let mut buf = vec![0f32; 8];
+    let mut small = vec![0f32; 3];
+    let comm = &c.comm;
+    let mut results = vec![
+        ("broadcast root out of range", comm.broadcast(&mut buf, n)),
+        ("reduce root out of range", comm.reduce(&mut buf, ReduceOp::Sum, n + 5)),
+        ("all_reduce_into lengths", comm.all_reduce_into(&buf, &mut small, ReduceOp::Sum)),
+        ("all_gather lengths", comm.all_gather(&buf, &mut small)),
+        ("send to self", comm.send(&buf, comm.rank(), 0)),
+        ("recv peer out of range", comm.recv(&mut buf, n, 0)),
+        ("all_to_all_v counts", comm.all_to_all_v(&buf, &vec![1; n], &mut small, &vec![1; n])),
+    ];
+    if n > 1 {
+        results.push(("reduce_scatter lengths", comm.reduce_scatter(&buf, &mut small, ReduceOp::Sum)));
+    }
+    for (what, r) in results {
+        match r {
+            Err(Error::InvalidArgument(_)) => c.passed += 1,
+            other => c.failed.push(format!("{what}: expected InvalidArgument, got {other:?}")),
+        }
+    }
+    // Still usable.
+    let mut v = vec![1i32; 4];
+    let e = c.comm.all_reduce(&mut v, ReduceOp::Sum);
+    if c.ok("all_reduce after bad calls", e) {
+        c.expect("all_reduce after bad calls", verify::first_wrong(&v, |_| n as f64));
+    }
+    // Closed communicators refuse work with a typed error.
+    let e = c.comm.shutdown();
+    c.ok("shutdown", e);
+    match c.comm.all_reduce(&mut v, ReduceOp::Sum) {
+        Err(Error::Closed(_)) => c.passed += 1,
+        other => c.failed.push(format!("all_reduce after shutdown: expected Closed, got {other:?}")),
+    }
+    c
+}
+
+/// Rank `victim` kills itself with SIGKILL in the middle of a stream of collectives; every
+/// other rank must fail within 5 s with an error that names it.
+fn scenario_kill(comm: Communicator, victim: usize) -> ExitCode {
+    let r = comm.rank();
+    let mut buf = vec![1f32; 1 << 18];
+    let mut last_ok = Instant::now();
+    for i in 0.. {
+        if r == victim && i == 20 {
+            println!("rank {r}: killing myself with SIGKILL");
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        }
+        match comm.all_reduce(&mut buf, ReduceOp::Sum) {
+            Ok(()) => {
+                buf.iter_mut().for_each(|x| *x = 1.0);
+                last_ok = Instant::now();
+            }
+            Err(e) => {
+                let secs = last_ok.elapsed().as_secs_f64();
+                println!("rank {r}: failed after {secs:.2}s: {e}");
+                if e.peer() == Some(victim) && secs < 5.0 {
+                    println!("rank {r}: DETECTED rank {victim}");
+                    // Do not say goodbye to the store: leave like a crashed job would.
+                    std::process::exit(0);
+                }
+                std::process::exit(1);
+            }
+        }
+    }
+    unreachable!()
+}
+
+/// Rank 1 calls all_reduce with one element more than the others: nobody may hang or
+/// compute a wrong answer; every rank gets an error within the timeout.
+fn scenario_mismatch(comm: Communicator) -> ExitCode {
+    let r = comm.rank();
+    let len = if r == 1 { 1001 } else { 1000 };
+    let mut buf = vec![1f32; len];
+    let t = Instant::now();
+    match comm.all_reduce(&mut buf, ReduceOp::Sum) {
+        Ok(()) => {
+            println!("rank {r}: all_reduce with mismatched lengths succeeded");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            println!("rank {r}: MISMATCH-ERROR after {:.2}s: {e}", t.elapsed().as_secs_f64());
+            std::process::exit(0)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let scenario = args.first().map(String::as_str).unwrap_or("colls");
+    let comm = match Communicator::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("conflux-check: cannot create the communicator: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (rank, size) = (comm.rank(), comm.size());
+    let t = Instant::now();
+    let checker = match scenario {
+        "colls" => scenario_colls(comm, false),
+        "quick" => scenario_colls(comm, true),
+        "async" => scenario_async(comm),
+        "p2p" => scenario_p2p(comm),
+        "errors" => scenario_errors(comm),
+        "kill" => {
+            let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
+            return scenario_kill(comm, victim);
+        }
+        "mismatch" => return scenario_mismatch(comm),
+        other => {
+            eprintln!("conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK], mismatch)");
+            return ExitCode::from(2);
+        }
+    };
+    let secs = t.elapsed().as_secs_f64();
+    for f in checker.failed.iter().take(20) {
+        println!("rank {rank}: FAIL {f}");
+    }
+    println!(
+        "rank {rank}/{size}: {scenario}: {} passed, {} failed in {secs:.2}s",
+        checker.passed,
+        checker.failed.len()
+    );
+    let failed = !checker.failed.is_empty();
+    drop(checker);
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

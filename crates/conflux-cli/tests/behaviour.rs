@@ -1,0 +1,112 @@
+//! Async issue order, tagged point-to-point, bad arguments, dead peers and mismatched calls,
+//! each over both link types.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn job(n: usize, scenario: &str, transport: &str) {
+    let out = run_job(n, &[scenario], &[("CONFLUX_TRANSPORT", transport), ("CONFLUX_TIMEOUT_S", "30")], LIMIT);
+    assert_all_passed(&out, n);
+}
+
+#[test]
+fn async_in_issue_order() {
+    for t in ["shm", "tcp"] {
+        job(3, "async", t);
+    }
+}
+
+#[test]
+fn point_to_point_tags_and_pipeline() {
+    for (n, t) in [(2, "shm"), (3, "shm"), (3, "tcp"), (4, "tcp")] {
+        job(n, "p2p", t);
+    }
+}
+
+#[test]
+fn bad_arguments_are_typed_errors() {
+    job(1, "errors", "auto");
+    job(3, "errors", "shm");
+    job(2, "errors", "tcp");
+}
+
+/// A rank SIGKILLed mid-collective: every other rank fails within 5 s naming it, and no
+/// shared memory is left behind.
+fn killed_rank(transport: &str) {
+    let before = shm_entries();
+    let (n, victim) = (4, 2);
+    let children = spawn_ranks(n, &["kill", &victim.to_string()], |_| {
+        vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "60".into())]
+    });
+    for (r, child) in children.into_iter().enumerate() {
+        let (out, _) = wait_output(child, Duration::from_secs(60));
+        let t = text(&out);
+        if r == victim {
+            assert!(!out.status.success(), "the victim should have died:\n{t}");
+        } else {
+            assert!(out.status.success(), "rank {r} did not detect the dead rank in time:\n{t}");
+            assert!(t.contains(&format!("DETECTED rank {victim}")), "rank {r}:\n{t}");
+        }
+    }
+    assert_eq!(shm_entries(), before, "/dev/shm changed");
+}
+
+#[test]
+fn killed_rank_shm() {
+    killed_rank("shm");
+}
+
+#[test]
+fn killed_rank_tcp() {
+    killed_rank("tcp");
+}
+
+/// Mismatched lengths: an error on every rank well before the timeout, never a hang.
+fn mismatch(transport: &str, algo: &str) {
+    let n = 3;
+    let children = spawn_ranks(n, &["mismatch"], |_| {
+        vec![
+            ("CONFLUX_TRANSPORT".into(), transport.into()),
+            ("CONFLUX_ALGO".into(), algo.into()),
+            ("CONFLUX_TIMEOUT_S".into(), "30".into()),
+        ]
+    });
+    for (r, child) in children.into_iter().enumerate() {
+        let (out, took) = wait_output(child, Duration::from_secs(60));
+        let t = text(&out);
+        assert!(out.status.success() && t.contains("MISMATCH-ERROR"), "rank {r}:\n{t}");
+        assert!(took < Duration::from_secs(20), "rank {r} took {took:?}:\n{t}");
+    }
+}
+
+#[test]
+fn mismatched_lengths_shm_direct() {
+    mismatch("shm", "auto");
+}
+
+#[test]
+fn mismatched_lengths_ring() {
+    mismatch("tcp", "ring");
+    mismatch("shm", "ring");
+}
+
+/// `conflux run` stops the job within 5 s of a rank's death and names that rank.
+#[test]
+fn launcher_names_the_dead_rank() {
+    let child = std::process::Command::new(CONFLUX)
+        .args(["run", "-n", "3", "--", CHECK, "kill", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out, took) = wait_output(child, Duration::from_secs(60));
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("rank 1"), "the launcher should name rank 1:\n{t}");
+    assert!(took < Duration::from_secs(10), "took {took:?}:\n{t}");
+}

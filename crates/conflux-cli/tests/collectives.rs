@@ -1,0 +1,90 @@
+//! Every collective x dtype x op, counts {0, 1, 7, 1000, 1048579}, in place and out of place,
+//! checked against an exact reference, for world sizes 1, 2, 3, 4, 8 over each link type.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn colls(n: usize, transport: &str, scenario: &str) {
+    let out = run_job(n, &[scenario], &[("CONFLUX_TRANSPORT", transport), ("CONFLUX_TIMEOUT_S", "60")], LIMIT);
+    assert_all_passed(&out, n);
+}
+
+#[test]
+fn world_1() {
+    colls(1, "auto", "colls");
+}
+
+#[test]
+fn world_2_shm() {
+    colls(2, "shm", "colls");
+}
+
+#[test]
+fn world_2_tcp() {
+    colls(2, "tcp", "colls");
+}
+
+#[test]
+fn world_3_shm() {
+    colls(3, "shm", "colls");
+}
+
+#[test]
+fn world_3_tcp() {
+    colls(3, "tcp", "colls");
+}
+
+#[test]
+fn world_4_shm() {
+    colls(4, "shm", "colls");
+}
+
+#[test]
+fn world_4_tcp() {
+    colls(4, "tcp", "colls");
+}
+
+#[test]
+fn world_8_shm() {
+    colls(8, "shm", "colls");
+}
+
+#[test]
+fn world_8_tcp() {
+    colls(8, "tcp", "colls");
+}
+
+/// The ring algorithms over shared memory, which the direct algorithm otherwise serves.
+#[test]
+fn world_4_shm_ring() {
+    let out = run_job(4, &["colls"], &[("CONFLUX_TRANSPORT", "shm"), ("CONFLUX_ALGO", "ring")], LIMIT);
+    assert_all_passed(&out, 4);
+}
+
+/// Two "nodes" of two ranks: shared memory inside each, TCP between them, started as a
+/// multi-node job (one `conflux run` per node).
+#[test]
+fn two_nodes_of_two() {
+    let port = free_port().to_string();
+    let nodes: Vec<_> = (0..2)
+        .map(|node| {
+            std::process::Command::new(CONFLUX)
+                .args(["run", "-n", "2", "--nnodes", "2", "--node-rank", &node.to_string()])
+                .args(["--master-addr", "127.0.0.1", "--master-port", &port, "--", CHECK, "colls"])
+                .env("CONFLUX_NODE_ID", format!("node{node}"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in nodes {
+        let (out, _) = wait_output(child, LIMIT);
+        assert_all_passed(&out, 2);
+    }
+}

@@ -1,0 +1,133 @@
+//! The direct shared-segment all_reduce, for communicators whose ranks all share one host.
+//!
+//! Every rank copies a chunk of its input into its own slot, each rank reduces one slice of
+//! that chunk across all slots into the shared result, and every rank copies the whole result
+//! out: one read of each input and one write of each output, with the chunk staying in cache.
+//! Small messages skip the slices: each rank reduces the whole chunk itself (one sync, not two).
+//!
+//! Protocol. A per-communicator counter `gen` numbers chunks, the same on every rank; chunk
+//! `gen` uses the slots and result of parity `gen % 2`.
+//!  1. Write slot(me, p); store `desc[me][p]` (what this call is) and `posted[me] = gen` (Release);
+//!     ring every doorbell.
+//!  2. Wait until `posted[k] >= gen` for all k (Acquire); check every rank's `desc`.
+//!     Small: reduce all slots into the output; done.
+//!     Large: reduce slice `me` of all slots into result(p); `reduced[me] = gen`; ring doorbells.
+//!  3. Large: wait until `reduced[k] >= gen` for all k; copy result(p) out.
+//!
+//! Reuse. slot(me, p) is next written at gen + 2, after this rank saw `posted[k] >= gen + 1`
+//! for all k in step 2 of gen + 1; a rank posts gen + 1 only after it finished reading the
+//! slots of gen. result(p) slice k is next written by rank k at gen + 2 after it saw every
+//! rank post gen + 2, which each does only after copying out result(p) of gen. desc has one
+//! word per parity for the same reason: rank k rewrites desc[k][p] only at gen + 2.
+//! Every element is reduced over ranks 0..N in that order, so the result is the same bitwise on
+//! every rank, and f16/bf16 accumulate in f32 across all ranks before one rounding.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::Step;
+use crate::dtype::{DataType, ReduceOp};
+use crate::reduce;
+use crate::transport::wait::ring_doorbell;
+use crate::transport::{LinkError, Segment, Transport};
+
+/// Up to this many bytes per rank, every rank reduces the whole message itself.
+const SMALL: usize = 16 << 10;
+
+/// What a call is, as compared across ranks: bytes, dtype and op.
+fn describe(len: usize, dtype: DataType, op: ReduceOp) -> u64 {
+    let d = DataType::ALL.iter().position(|&x| x == dtype).unwrap_or(0) as u64;
+    let o = ReduceOp::ALL.iter().position(|&x| x == op).unwrap_or(0) as u64;
+    (len as u64) | (d << 56) | (o << 60)
+}
+
+fn describe_text(desc: u64) -> String {
+    let len = desc & ((1 << 56) - 1);
+    let d = DataType::ALL.get(((desc >> 56) & 0xf) as usize).map_or("?", |d| d.name());
+    let o = ReduceOp::ALL.get((desc >> 60) as usize).map_or("?", |o| o.name());
+    format!("all_reduce of {len} bytes of {d} with {o}")
+}
+
+fn ring_all(seg: &Segment, me: usize) {
+    for k in 0..seg.layout.ranks {
+        if k != me {
+            ring_doorbell(seg, k);
+        }
+    }
+}
+
+/// all_reduce of `input` (or `out` itself, in place) into `out`. Avg is left as a sum.
+pub(crate) fn all_reduce(
+    t: &mut Transport,
+    s: &Step,
+    input: Option<&[u8]>,
+    out: &mut [u8],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let seg: Arc<Segment> = t.waiter.seg.clone().expect("direct algorithm needs a segment");
+    let l = seg.layout;
+    let (n, me) = (l.ranks, t.waiter.me_local);
+    let esize = dtype.size();
+    let chunk = l.chunk / (esize * n) * (esize * n);
+    let desc = describe(out.len(), dtype, op);
+    let total = out.len();
+    let mut at = 0;
+    loop {
+        let len = (total - at).min(chunk);
+        t.direct_gen += 1;
+        let gen = t.direct_gen;
+        let p = (gen % 2) as usize;
+        let src = match input {
+            Some(i) => &i[at..at + len],
+            None => &out[at..at + len],
+        };
+        // SAFETY: slot(me, p) is ours to write: every rank finished reading it (see Reuse above).
+        unsafe { seg.bytes_mut(l.slot(me, p), len) }.copy_from_slice(src);
+        seg.u64_at(l.desc(me, p)).store(desc, Ordering::Relaxed);
+        seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
+        ring_all(&seg, me);
+        let all_posted = || (0..n).all(|k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen);
+        let not_posted = || (0..n).filter(|&k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) < gen).collect();
+        t.wait_until(s.deadline, all_posted, not_posted)?;
+        for k in 0..n {
+            let theirs = seg.u64_at(l.desc(k, p)).load(Ordering::Relaxed);
+            if theirs != desc {
+                let e = LinkError::Mismatch {
+                    peer: k,
+                    detail: format!("it called {}, this rank {}", describe_text(theirs), describe_text(desc)),
+                };
+                t.waiter.report(&e);
+                t.broken = Some(e.clone());
+                return Err(e);
+            }
+        }
+        // SAFETY: every rank posted gen, so every slot of parity p holds this chunk and none is
+        // written again before this rank posts gen + 1 (Reuse above).
+        let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.slot(k, p), len) }).collect();
+        if total / n <= SMALL || len <= SMALL {
+            reduce::reduce_many(dtype, op, &mut out[at..at + len], &slots);
+        } else {
+            let elems = len / esize;
+            let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
+            let parts: Vec<&[u8]> = slots.iter().map(|sl| &sl[mine.clone()]).collect();
+            // SAFETY: slice `me` of result(p) is written only by this rank, and nobody reads it
+            // until this rank publishes reduced[me] = gen.
+            let res = unsafe { seg.bytes_mut(l.result(p) + mine.start, mine.len()) };
+            reduce::reduce_many(dtype, op, res, &parts);
+            seg.u64_at(l.reduced(me)).store(gen, Ordering::Release);
+            ring_all(&seg, me);
+            let all_reduced = || (0..n).all(|k| seg.u64_at(l.reduced(k)).load(Ordering::Acquire) >= gen);
+            let not_reduced =
+                || (0..n).filter(|&k| seg.u64_at(l.reduced(k)).load(Ordering::Acquire) < gen).collect();
+            t.wait_until(s.deadline, all_reduced, not_reduced)?;
+            // SAFETY: every rank published its slice of result(p); none rewrites it before all
+            // ranks (this one included) post gen + 2.
+            out[at..at + len].copy_from_slice(unsafe { seg.bytes(l.result(p), len) });
+        }
+        at += len;
+        if at >= total {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Exchanges where every rank talks to every other at once: all_to_all(v), the gather step of
+//! reduce, and barrier. All transfers of one call go in one step, so links work in parallel.
+
+use std::ops::Range;
+
+use super::Step;
+use crate::transport::{LinkError, Sink, Transport, Xfer};
+
+/// Sends `send[send_blocks[p]]` to every peer p and receives `recv[recv_blocks[p]]` from it.
+/// The caller copies this rank's own block.
+pub(crate) fn all_to_all(
+    t: &mut Transport,
+    s: &Step,
+    send: &[u8],
+    send_blocks: &[Range<usize>],
+    recv: &mut [u8],
+    recv_blocks: &[Range<usize>],
+) -> Result<(), LinkError> {
+    let mut xfers = Vec::with_capacity(2 * s.size);
+    // Visit peers in the order rank+1, rank+2, ... so that no peer is everyone's first.
+    for d in 1..s.size {
+        let p = (s.rank + d) % s.size;
+        xfers.push(Xfer::Send { peer: p, tag: s.tag, data: &send[send_blocks[p].clone()] });
+    }
+    let mut rest = recv;
+    let mut pieces: Vec<(usize, &mut [u8])> = Vec::with_capacity(s.size);
+    let mut consumed = 0;
+    let mut order: Vec<usize> = (0..s.size).collect();
+    order.sort_by_key(|&p| recv_blocks[p].start);
+    for p in order {
+        let r = &recv_blocks[p];
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - consumed);
+        let (mine, tail) = tail.split_at_mut(r.len());
+        consumed = r.end;
+        rest = tail;
+        if p != s.rank {
+            pieces.push((p, mine));
+        }
+    }
+    for (p, piece) in pieces {
+        xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
+    }
+    t.exchange(&mut xfers, s.deadline)
+}
+
+/// Every rank gets an empty message from every other: nobody leaves before all have arrived.
+pub(crate) fn barrier(t: &mut Transport, s: &Step) -> Result<(), LinkError> {
+    let mut xfers = Vec::with_capacity(2 * s.size);
+    let mut sinks: Vec<[u8; 0]> = vec![[]; s.size];
+    for d in 1..s.size {
+        xfers.push(Xfer::Send { peer: (s.rank + d) % s.size, tag: s.tag, data: &[] });
+    }
+    for (p, sink) in sinks.iter_mut().enumerate() {
+        if p != s.rank {
+            xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(sink) });
+        }
+    }
+    t.exchange(&mut xfers, s.deadline)
+}

@@ -1,0 +1,112 @@
+//! Ring reduce-scatter and all-gather over arbitrary block partitions (Patarasuk & Yuan's
+//! bandwidth-optimal schedule): N-1 steps each, every rank sending one block to its right
+//! neighbour while it receives one from its left. all_reduce is the two in sequence.
+
+use std::ops::Range;
+
+use super::{split2, Step};
+use crate::dtype::{DataType, ReduceOp};
+use crate::transport::{LinkError, Sink, Transport, Xfer};
+
+fn block(blocks: &[Range<usize>], k: isize) -> &Range<usize> {
+    &blocks[k.rem_euclid(blocks.len() as isize) as usize]
+}
+
+/// Reduces `buf` (partitioned into `blocks`, one per rank) so that afterwards this rank holds
+/// the fully reduced block `rank + 1 + shift`. Other blocks hold partial results.
+pub(crate) fn reduce_scatter(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    shift: isize,
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let r = s.rank as isize;
+    for k in 0..s.size as isize - 1 {
+        let (out, into) = split2(buf, block(blocks, r - k + shift), block(blocks, r - k - 1 + shift));
+        t.exchange(
+            &mut [
+                Xfer::Send { peer: s.right(), tag: s.tag, data: out },
+                Xfer::Recv { peer: s.left(), tag: s.tag, sink: Sink::Reduce { buf: into, dtype, op } },
+            ],
+            s.deadline,
+        )?;
+    }
+    Ok(())
+}
+
+/// Starting with this rank holding block `rank + shift`, leaves every rank with every block.
+pub(crate) fn all_gather(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    shift: isize,
+) -> Result<(), LinkError> {
+    let r = s.rank as isize;
+    for k in 0..s.size as isize - 1 {
+        let (out, into) = split2(buf, block(blocks, r - k + shift), block(blocks, r - k - 1 + shift));
+        t.exchange(
+            &mut [
+                Xfer::Send { peer: s.right(), tag: s.tag, data: out },
+                Xfer::Recv { peer: s.left(), tag: s.tag, sink: Sink::Copy(into) },
+            ],
+            s.deadline,
+        )?;
+    }
+    Ok(())
+}
+
+/// all_reduce in place: reduce-scatter, then all-gather of the reduced blocks.
+pub(crate) fn all_reduce(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    reduce_scatter(t, s, buf, blocks, 0, dtype, op)?;
+    all_gather(t, s, buf, blocks, 1)
+}
+
+/// reduce to `root`: ring reduce-scatter (rank r ends with block r), then every rank sends its
+/// block to the root. Non-root ranks work on a copy, so their buffers stay as they were.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reduce(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    root: usize,
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let mut scratch;
+    let work: &mut [u8] = if s.rank == root {
+        buf
+    } else {
+        scratch = buf.to_vec();
+        &mut scratch
+    };
+    reduce_scatter(t, s, work, blocks, -1, dtype, op)?;
+    if s.rank != root {
+        let data = &work[blocks[s.rank].clone()];
+        return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data }], s.deadline);
+    }
+    let mut xfers = Vec::with_capacity(s.size);
+    let mut rest: &mut [u8] = work;
+    let mut base = 0;
+    for (p, b) in blocks.iter().enumerate() {
+        let (piece, tail) = std::mem::take(&mut rest).split_at_mut(b.end - base);
+        let piece = &mut piece[b.start - base..];
+        base = b.end;
+        rest = tail;
+        if p != root {
+            xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
+        }
+    }
+    t.exchange(&mut xfers, s.deadline)
+}

@@ -1,0 +1,186 @@
+//! The progress engine of one communicator (its "communication stream").
+//!
+//! Every operation takes a ticket when it is issued; operations run strictly in ticket order,
+//! one at a time, each holding the transport. Asynchronous operations run on the engine's
+//! thread; a blocking operation runs on its caller's thread once its ticket comes up, so a
+//! small blocking collective pays no thread hand-off and its buffers never cross threads.
+//! The engine thread sleeps on a condition variable when it has nothing to run.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::transport::Transport;
+
+type Job = Box<dyn FnOnce(&mut Transport) + Send>;
+
+struct Queue {
+    /// Tickets handed out so far.
+    issued: u64,
+    /// Tickets whose operation has finished.
+    finished: u64,
+    /// Asynchronous jobs, by ticket, waiting for their turn.
+    jobs: VecDeque<(u64, Job)>,
+    /// Set when the communicator shuts down: the thread leaves once the queue is empty.
+    stopping: bool,
+}
+
+pub(crate) struct Engine {
+    queue: Mutex<Queue>,
+    turn: Condvar,
+    transport: Mutex<Transport>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks is a bug we cannot recover from meaningfully,
+    // but the data (counters, the queue) stays consistent, so carry on rather than cascade.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Engine {
+    pub fn start(transport: Transport, rank: usize) -> Result<(Arc<Engine>, JoinHandle<()>)> {
+        let engine = Arc::new(Engine {
+            queue: Mutex::new(Queue { issued: 0, finished: 0, jobs: VecDeque::new(), stopping: false }),
+            turn: Condvar::new(),
+            transport: Mutex::new(transport),
+        });
+        let e = engine.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("conflux-engine-r{rank}"))
+            .spawn(move || e.serve())
+            .map_err(|err| Error::setup("starting the progress engine thread", err))?;
+        Ok((engine, thread))
+    }
+
+    fn serve(&self) {
+        let mut q = lock(&self.queue);
+        loop {
+            let ready = q.jobs.front().is_some_and(|(t, _)| *t == q.finished);
+            if ready {
+                let (_, job) = q.jobs.pop_front().expect("front exists");
+                drop(q);
+                job(&mut lock(&self.transport));
+                q = lock(&self.queue);
+                q.finished += 1;
+                self.turn.notify_all();
+            } else if q.stopping && q.jobs.is_empty() {
+                return;
+            } else {
+                q = self.turn.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    /// Queues `job` to run on the engine thread after everything issued before it.
+    pub fn submit(&self, job: Job) {
+        let mut q = lock(&self.queue);
+        let t = q.issued;
+        q.issued += 1;
+        q.jobs.push_back((t, job));
+        self.turn.notify_all();
+    }
+
+    /// Runs `f` on this thread after everything issued before it.
+    pub fn run_inline<R>(&self, f: impl FnOnce(&mut Transport) -> R) -> R {
+        let mut q = lock(&self.queue);
+        let t = q.issued;
+        q.issued += 1;
+        while q.finished != t {
+            q = self.turn.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(q);
+        let r = f(&mut lock(&self.transport));
+        let mut q = lock(&self.queue);
+        q.finished += 1;
+        self.turn.notify_all();
+        r
+    }
+
+    /// Waits until every operation issued so far has finished, up to `timeout`.
+    pub fn drain(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut q = lock(&self.queue);
+        while q.finished != q.issued {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            q = self.turn.wait_timeout(q, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+
+    /// Lets the thread leave once its queue is empty.
+    pub fn stop(&self) {
+        lock(&self.queue).stopping = true;
+        self.turn.notify_all();
+    }
+
+    /// The transport, for setup and teardown work outside any operation.
+    pub fn transport(&self) -> MutexGuard<'_, Transport> {
+        lock(&self.transport)
+    }
+}
+
+/// The completion of one asynchronous operation, carrying its result.
+pub struct Work<T> {
+    state: Arc<(Mutex<Option<Result<T>>>, Condvar)>,
+    what: String,
+}
+
+pub(crate) struct Completer<T>(Arc<(Mutex<Option<Result<T>>>, Condvar)>);
+
+impl<T> Completer<T> {
+    pub fn complete(self, r: Result<T>) {
+        *lock(&self.0 .0) = Some(r);
+        self.0 .1.notify_all();
+    }
+}
+
+impl<T> Work<T> {
+    pub(crate) fn new(what: String) -> (Work<T>, Completer<T>) {
+        let state = Arc::new((Mutex::new(None), Condvar::new()));
+        (Work { state: state.clone(), what }, Completer(state))
+    }
+
+    /// True once the operation has finished, successfully or not.
+    pub fn is_completed(&self) -> bool {
+        lock(&self.state.0).is_some()
+    }
+
+    /// Waits for the operation and returns its result. The operation's own deadline bounds this.
+    pub fn wait(self) -> Result<T> {
+        let (m, cv) = &*self.state;
+        let mut g = lock(m);
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Waits at most `timeout`. On timeout the handle comes back (the operation goes on) with
+    /// an [`Error::WaitTimeout`].
+    pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, (Work<T>, Error)> {
+        let deadline = Instant::now() + timeout;
+        {
+            let (m, cv) = &*self.state;
+            let mut g = lock(m);
+            loop {
+                if let Some(r) = g.take() {
+                    return Ok(r);
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                g = cv.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner()).0;
+            }
+        }
+        let err = Error::WaitTimeout { op: self.what.clone(), secs: timeout.as_secs_f64() };
+        Err((self, err))
+    }
+}

@@ -1,0 +1,524 @@
+//! The communicator: the ranks of one job, their links, and the collectives a user calls.
+
+mod bootstrap;
+mod engine;
+mod ops;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use engine::Work;
+
+use crate::config::{env_usize, var, AlgoChoice, Config};
+use crate::dtype::{DataType, Element, ReduceOp};
+use crate::error::{Error, Result};
+use crate::store::{StoreClient, StoreServer};
+use crate::transport::wait::Waiter;
+use crate::transport::{Segment, Transport};
+use bootstrap::resolve;
+use engine::Engine;
+use ops::{Coll, Plan};
+
+/// Explicit construction: rank, size, store address and options.
+#[derive(Debug, Clone)]
+pub struct CommBuilder {
+    rank: usize,
+    size: usize,
+    store: Option<String>,
+    config: Config,
+}
+
+impl CommBuilder {
+    /// Starts from `Config::from_env()` defaults? No: from plain defaults; call `config` to pass one.
+    pub fn new(rank: usize, size: usize) -> CommBuilder {
+        CommBuilder { rank, size, store: None, config: Config::default() }
+    }
+    /// The store, "host:port"; rank 0 serves it there. Not needed when size is 1.
+    pub fn store(mut self, addr: impl Into<String>) -> CommBuilder {
+        self.store = Some(addr.into());
+        self
+    }
+    /// Every blocking wait's deadline (default 600 s).
+    pub fn timeout(mut self, timeout: Duration) -> CommBuilder {
+        self.config.timeout = timeout;
+        self
+    }
+    /// All tunables at once (e.g. `Config::from_env()?`).
+    pub fn config(mut self, config: Config) -> CommBuilder {
+        self.config = config;
+        self
+    }
+    pub fn build(self) -> Result<Communicator> {
+        Communicator::init(self)
+    }
+}
+
+/// A group of ranks that run collectives together. Dropping it shuts it down cleanly.
+pub struct Communicator {
+    plan: Plan,
+    local_rank: usize,
+    local_size: usize,
+    engine: Arc<Engine>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    abort: Arc<AtomicBool>,
+    closed: Mutex<Option<String>>,
+    /// This host's shared segment and our index in it, so abort can wake a sleeping engine
+    /// without waiting for the transport.
+    doorbell: Option<(Arc<Segment>, usize)>,
+    server: Option<StoreServer>,
+    _store: Option<StoreClient>,
+}
+
+fn bytes<T: Element>(s: &[T]) -> &[u8] {
+    bytemuck::cast_slice(s)
+}
+fn bytes_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(s)
+}
+fn invalid(msg: String) -> Error {
+    Error::InvalidArgument(msg)
+}
+
+impl Communicator {
+    /// Joins the job torchrun (or `conflux run`) started: RANK, WORLD_SIZE, MASTER_ADDR,
+    /// MASTER_PORT, and the `CONFLUX_*` knobs.
+    pub fn from_env() -> Result<Communicator> {
+        Communicator::from_env_with(Config::from_env()?)
+    }
+
+    /// Like `from_env`, with the tunables given instead of read from `CONFLUX_*`.
+    pub fn from_env_with(config: Config) -> Result<Communicator> {
+        let size = env_usize("WORLD_SIZE")?.unwrap_or(1);
+        let rank = env_usize("RANK")?.unwrap_or(0);
+        let mut b = CommBuilder::new(rank, size).config(config);
+        if size > 1 {
+            let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
+            let port = env_usize("MASTER_PORT")?
+                .ok_or_else(|| Error::Config("MASTER_PORT is not set (needed when WORLD_SIZE > 1)".into()))?;
+            b = b.store(format!("{addr}:{port}"));
+        }
+        b.build()
+    }
+
+    pub fn builder(rank: usize, size: usize) -> CommBuilder {
+        CommBuilder::new(rank, size)
+    }
+
+    fn init(b: CommBuilder) -> Result<Communicator> {
+        let CommBuilder { rank, size, store, config } = b;
+        config.validate()?;
+        if size == 0 || rank >= size {
+            return Err(invalid(format!("rank {rank} is not in a world of size {size}")));
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        let (transport, server, client, local_rank, local_size, direct_ok) = if size == 1 {
+            let waiter = Waiter::new(None, 0, Vec::new(), None, abort.clone(), Duration::ZERO, false);
+            let t = Transport { rank, size, links: vec![None], waiter, broken: None, direct_gen: 0, seq: 0 };
+            (t, None, None, 0, 1, false)
+        } else {
+            let addr_s = store.ok_or_else(|| Error::Config("a store address is needed when size > 1".into()))?;
+            let addr = resolve(&addr_s)?;
+            let server = if rank == 0 { Some(StoreServer::bind(addr)?) } else { None };
+            let client = StoreClient::connect(&addr_s, config.timeout)?;
+            let built = bootstrap::build(&client, addr, "conflux", rank, size, &config, abort.clone())?;
+            let local_rank = built.local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
+            let direct_ok = built.transport.waiter.seg.is_some() && built.local_ranks.len() == size;
+            tracing::info!(rank, size, local = built.local_ranks.len(), direct_ok, "communicator ready");
+            (built.transport, server, Some(client), local_rank, built.local_ranks.len(), direct_ok)
+        };
+        if config.algo == AlgoChoice::Direct && size > 1 && !direct_ok {
+            return Err(Error::Config(
+                "CONFLUX_ALGO=direct needs every rank on one host with shared memory".into(),
+            ));
+        }
+        let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, direct_ok };
+        let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
+        let (engine, thread) = Engine::start(transport, rank)?;
+        Ok(Communicator {
+            plan,
+            local_rank,
+            local_size,
+            engine,
+            thread: Mutex::new(Some(thread)),
+            abort,
+            closed: Mutex::new(None),
+            doorbell,
+            server,
+            _store: client,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.plan.rank
+    }
+    pub fn size(&self) -> usize {
+        self.plan.size
+    }
+    /// This rank's index among the ranks of its host.
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+    /// How many ranks share this host (and its shared segment, unless CONFLUX_TRANSPORT=tcp).
+    pub fn local_size(&self) -> usize {
+        self.local_size
+    }
+    pub fn timeout(&self) -> Duration {
+        self.plan.timeout
+    }
+
+    fn usable(&self) -> Result<()> {
+        if let Some(why) = &*self.closed.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Err(Error::Closed(why.clone()));
+        }
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(Error::Closed("aborted".into()));
+        }
+        Ok(())
+    }
+
+    fn check_root(&self, root: usize, what: &str) -> Result<()> {
+        if root >= self.size() {
+            return Err(invalid(format!("{what} {root} is out of range for {} ranks", self.size())));
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        self.check_root(peer, "peer")?;
+        if peer == self.rank() {
+            return Err(invalid(format!("rank {peer} cannot send to or receive from itself")));
+        }
+        Ok(())
+    }
+
+    fn blocking(&self, coll: Coll<'_>, dtype: DataType) -> Result<()> {
+        self.usable()?;
+        let plan = self.plan;
+        self.engine.run_inline(|t| ops::run(t, &plan, coll, dtype))
+    }
+
+    fn spawn<T: Send + 'static>(
+        &self,
+        what: String,
+        job: impl FnOnce(&mut Transport, &Plan) -> Result<T> + Send + 'static,
+    ) -> Work<T> {
+        let (work, done) = Work::new(what);
+        if let Err(e) = self.usable() {
+            done.complete(Err(e));
+            return work;
+        }
+        let plan = self.plan;
+        self.engine.submit(Box::new(move |t| done.complete(job(t, &plan))));
+        work
+    }
+
+    // ---- all_reduce -------------------------------------------------------------------------
+
+    /// Reduces `buf` across all ranks, in place: every rank ends with the same result.
+    pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        self.blocking(Coll::AllReduce { input: None, out: bytes_mut(buf), op }, T::DTYPE)
+    }
+
+    /// Out of place: `recv = reduce(send)`; both have the same length.
+    pub fn all_reduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        if send.len() != recv.len() {
+            return Err(invalid(format!("all_reduce: send has {} elements, recv {}", send.len(), recv.len())));
+        }
+        self.blocking(Coll::AllReduce { input: Some(bytes(send)), out: bytes_mut(recv), op }, T::DTYPE)
+    }
+
+    /// Non-blocking all_reduce in place; the buffer comes back through the handle.
+    pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        self.spawn(format!("all_reduce({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            ops::run(t, plan, Coll::AllReduce { input: None, out: bytes_mut(&mut buf), op }, T::DTYPE).map(|_| buf)
+        })
+    }
+
+    // ---- broadcast and reduce ---------------------------------------------------------------
+
+    /// Copies `root`'s buffer into every rank's.
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.check_root(root, "root")?;
+        self.blocking(Coll::Broadcast { buf: bytes_mut(buf), root }, T::DTYPE)
+    }
+
+    pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Work<Vec<T>> {
+        let check = self.check_root(root, "root");
+        self.spawn(format!("broadcast({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::Broadcast { buf: bytes_mut(&mut buf), root }, T::DTYPE).map(|_| buf)
+        })
+    }
+
+    /// Reduces everyone's `buf` into the root's `buf`; other ranks' buffers stay unchanged.
+    pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+        self.check_root(root, "root")?;
+        self.blocking(Coll::Reduce { buf: bytes_mut(buf), op, root }, T::DTYPE)
+    }
+
+    /// Out of place: the root's `recv` gets the reduction of every rank's `send`; `recv` is
+    /// untouched elsewhere (but must have the same length, as in NCCL).
+    pub fn reduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+        self.check_root(root, "root")?;
+        if send.len() != recv.len() {
+            return Err(invalid(format!("reduce: send has {} elements, recv {}", send.len(), recv.len())));
+        }
+        if self.rank() == root {
+            recv.copy_from_slice(send);
+            self.reduce(recv, op, root)
+        } else {
+            let mut scratch = send.to_vec();
+            self.reduce(&mut scratch, op, root)
+        }
+    }
+
+    pub fn reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp, root: usize) -> Work<Vec<T>> {
+        let check = self.check_root(root, "root");
+        self.spawn(format!("reduce({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::Reduce { buf: bytes_mut(&mut buf), op, root }, T::DTYPE).map(|_| buf)
+        })
+    }
+
+    // ---- all_gather and reduce_scatter ------------------------------------------------------
+
+    /// `recv` (size x send.len()) gets every rank's `send`, in rank order.
+    pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let n = send.len();
+        if recv.len() != n * self.size() {
+            return Err(invalid(format!(
+                "all_gather: recv has {} elements, expected {} ({} ranks x {n})",
+                recv.len(),
+                n * self.size(),
+                self.size()
+            )));
+        }
+        recv[self.rank() * n..(self.rank() + 1) * n].copy_from_slice(send);
+        self.all_gather_in_place(recv)
+    }
+
+    /// In place: this rank's block (`buf[rank*n..(rank+1)*n]`, n = len / size) is already there.
+    pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
+        self.check_divisible("all_gather", buf.len())?;
+        self.blocking(Coll::AllGather { buf: bytes_mut(buf) }, T::DTYPE)
+    }
+
+    /// Non-blocking in-place all_gather (see `all_gather_in_place`).
+    pub fn all_gather_async<T: Element>(&self, mut buf: Vec<T>) -> Work<Vec<T>> {
+        let check = self.check_divisible("all_gather", buf.len());
+        self.spawn(format!("all_gather({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::AllGather { buf: bytes_mut(&mut buf) }, T::DTYPE).map(|_| buf)
+        })
+    }
+
+    /// `recv` (n elements) gets block `rank` of the reduction of every rank's `send` (size x n).
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        let n = recv.len();
+        if send.len() != n * self.size() {
+            return Err(invalid(format!(
+                "reduce_scatter: send has {} elements, expected {} ({} ranks x {n})",
+                send.len(),
+                n * self.size(),
+                self.size()
+            )));
+        }
+        let mut work = send.to_vec();
+        self.reduce_scatter_in_place(&mut work, op)?;
+        recv.copy_from_slice(&work[self.rank() * n..(self.rank() + 1) * n]);
+        Ok(())
+    }
+
+    /// In place: afterwards `buf[rank*n..(rank+1)*n]` holds this rank's reduced block; the other
+    /// blocks hold partial results.
+    pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        self.check_divisible("reduce_scatter", buf.len())?;
+        self.blocking(Coll::ReduceScatter { buf: bytes_mut(buf), op }, T::DTYPE)
+    }
+
+    pub fn reduce_scatter_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
+        let check = self.check_divisible("reduce_scatter", buf.len());
+        self.spawn(format!("reduce_scatter({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::ReduceScatter { buf: bytes_mut(&mut buf), op }, T::DTYPE).map(|_| buf)
+        })
+    }
+
+    fn check_divisible(&self, what: &str, len: usize) -> Result<()> {
+        if len % self.size() != 0 {
+            return Err(invalid(format!("{what}: {len} elements do not split into {} equal blocks", self.size())));
+        }
+        Ok(())
+    }
+
+    // ---- all_to_all -------------------------------------------------------------------------
+
+    /// Block p of `send` goes to rank p, which stores it as block `rank` of its `recv`.
+    pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let counts = self.equal_counts("all_to_all", send.len(), recv.len())?;
+        self.all_to_all_v(send, &counts, recv, &counts)
+    }
+
+    /// Uneven all_to_all: rank p gets `send_counts[p]` elements; `recv_counts[p]` come from rank p.
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        let (sb, rb) = self.v_blocks::<T>(send.len(), send_counts, recv.len(), recv_counts)?;
+        self.blocking(
+            Coll::AllToAll { send: bytes(send), send_blocks: sb, recv: bytes_mut(recv), recv_blocks: rb },
+            T::DTYPE,
+        )
+    }
+
+    /// Non-blocking all_to_all_v; the received elements come back in a new vector.
+    pub fn all_to_all_v_async<T: Element>(
+        &self,
+        send: Vec<T>,
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Work<Vec<T>> {
+        let total: usize = recv_counts.iter().sum();
+        let blocks = self.v_blocks::<T>(send.len(), send_counts, total, recv_counts);
+        self.spawn(format!("all_to_all_v({} x {})", T::DTYPE, send.len()), move |t, plan| {
+            let (sb, rb) = blocks?;
+            let mut recv = vec![T::zeroed(); total];
+            let coll = Coll::AllToAll { send: bytes(&send), send_blocks: sb, recv: bytes_mut(&mut recv), recv_blocks: rb };
+            ops::run(t, plan, coll, T::DTYPE).map(|_| recv)
+        })
+    }
+
+    fn equal_counts(&self, what: &str, send: usize, recv: usize) -> Result<Vec<usize>> {
+        if send != recv {
+            return Err(invalid(format!("{what}: send has {send} elements, recv {recv}")));
+        }
+        self.check_divisible(what, send)?;
+        Ok(vec![send / self.size(); self.size()])
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn v_blocks<T: Element>(
+        &self,
+        send_len: usize,
+        send_counts: &[usize],
+        recv_len: usize,
+        recv_counts: &[usize],
+    ) -> Result<(Vec<std::ops::Range<usize>>, Vec<std::ops::Range<usize>>)> {
+        let n = self.size();
+        for (name, counts, len) in [("send", send_counts, send_len), ("recv", recv_counts, recv_len)] {
+            if counts.len() != n {
+                return Err(invalid(format!("all_to_all_v: {} {name} counts for {n} ranks", counts.len())));
+            }
+            let sum = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+            if sum != Some(len) {
+                return Err(invalid(format!("all_to_all_v: {name} counts add up to {sum:?}, the buffer has {len}")));
+            }
+        }
+        if send_counts[self.rank()] != recv_counts[self.rank()] {
+            return Err(invalid(format!(
+                "all_to_all_v: this rank sends itself {} elements but expects {}",
+                send_counts[self.rank()],
+                recv_counts[self.rank()]
+            )));
+        }
+        let es = T::DTYPE.size();
+        Ok((
+            crate::algo::blocks_of(send_counts.iter().map(|c| c * es)),
+            crate::algo::blocks_of(recv_counts.iter().map(|c| c * es)),
+        ))
+    }
+
+    // ---- point to point ---------------------------------------------------------------------
+
+    /// Sends `buf` to `peer`; it is matched by the peer's `recv` with the same tag, in order.
+    pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
+        self.check_peer(peer)?;
+        self.blocking(Coll::Send { data: bytes(buf), peer, tag }, T::DTYPE)
+    }
+
+    /// Receives the next message with `tag` from `peer`; its length must equal `buf`'s.
+    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
+        self.check_peer(peer)?;
+        self.blocking(Coll::Recv { buf: bytes_mut(buf), peer, tag }, T::DTYPE)
+    }
+
+    pub fn send_async<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
+        let check = self.check_peer(peer);
+        self.spawn(format!("send({} x {} to rank {peer})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::Send { data: bytes(&buf), peer, tag }, T::DTYPE).map(|_| buf)
+        })
+    }
+
+    pub fn recv_async<T: Element>(&self, mut buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
+        let check = self.check_peer(peer);
+        self.spawn(format!("recv({} x {} from rank {peer})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::Recv { buf: bytes_mut(&mut buf), peer, tag }, T::DTYPE).map(|_| buf)
+        })
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        self.blocking(Coll::Barrier, DataType::U8)
+    }
+
+    pub fn barrier_async(&self) -> Work<()> {
+        self.spawn("barrier".into(), move |t, plan| ops::run(t, plan, Coll::Barrier, DataType::U8))
+    }
+
+    // ---- life cycle -------------------------------------------------------------------------
+
+    /// Stops every pending and future operation of this communicator on this rank; they fail
+    /// with `Closed("aborted")` or a link error. Callable from any thread; never blocks.
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::SeqCst);
+        // The engine may be asleep on its doorbell; sockets are polled in short slices.
+        if let Some((seg, me)) = &self.doorbell {
+            Waiter::wake_self(seg, *me);
+        }
+    }
+
+    /// Finishes what was issued, says goodbye to the other ranks and closes the links. Later
+    /// calls fail with `Closed`. Dropping the communicator does the same.
+    pub fn shutdown(&self) -> Result<()> {
+        {
+            let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+            if closed.is_some() {
+                return Ok(());
+            }
+            *closed = Some("shut down".into());
+        }
+        let drained = self.engine.drain(self.plan.timeout);
+        self.engine.stop();
+        if let Some(th) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if drained {
+                let _ = th.join();
+            }
+        }
+        let mut t = self.engine.transport();
+        if let Some(m) = &mut t.waiter.monitor {
+            m.goodbye();
+            if self.server.is_some() {
+                // Keep serving the store until every rank has left, so none sees it vanish.
+                m.wait_all_goodbye(self.plan.size, self.plan.timeout);
+            }
+        }
+        if drained {
+            Ok(())
+        } else {
+            Err(Error::Closed(format!("operations still running after {:?}", self.plan.timeout)))
+        }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

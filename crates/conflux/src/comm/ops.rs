@@ -1,0 +1,152 @@
+//! One collective call, described once, dispatched to an algorithm. Blocking and asynchronous
+//! entry points both end here.
+
+use std::fmt;
+use std::ops::Range;
+use std::time::Instant;
+
+use crate::algo::{chain, direct, even_blocks, pairwise, ring, Step};
+use crate::config::AlgoChoice;
+use crate::dtype::{DataType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::reduce;
+use crate::transport::{LinkError, Sink, Transport, Xfer, COLL_BIT};
+
+/// A call's buffers, as bytes, in the in-place form every algorithm works on.
+pub(crate) enum Coll<'a> {
+    AllReduce { input: Option<&'a [u8]>, out: &'a mut [u8], op: ReduceOp },
+    Broadcast { buf: &'a mut [u8], root: usize },
+    /// Result in `buf` at the root; other ranks' buffers are left unchanged.
+    Reduce { buf: &'a mut [u8], op: ReduceOp, root: usize },
+    /// `buf` holds size blocks; this rank's own block is already in place.
+    AllGather { buf: &'a mut [u8] },
+    /// `buf` holds size blocks; afterwards this rank's own block holds its reduced share.
+    ReduceScatter { buf: &'a mut [u8], op: ReduceOp },
+    AllToAll { send: &'a [u8], send_blocks: Vec<Range<usize>>, recv: &'a mut [u8], recv_blocks: Vec<Range<usize>> },
+    Send { data: &'a [u8], peer: usize, tag: u32 },
+    Recv { buf: &'a mut [u8], peer: usize, tag: u32 },
+    Barrier,
+}
+
+/// What the communicator knows that every call needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub rank: usize,
+    pub size: usize,
+    pub timeout: std::time::Duration,
+    pub algo: AlgoChoice,
+    /// Every rank maps one shared segment, so the direct algorithms can serve.
+    pub direct_ok: bool,
+}
+
+/// A call as a person reads it in an error message: `all_reduce(float x 1024, sum)`.
+pub(crate) struct Describe<'a, 'b>(pub &'a Coll<'b>, pub DataType);
+
+impl fmt::Display for Describe<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.1;
+        let n = |b: &[u8]| b.len() / d.size();
+        match self.0 {
+            Coll::AllReduce { out, op, .. } => write!(f, "all_reduce({d} x {}, {op})", n(out)),
+            Coll::Broadcast { buf, root } => write!(f, "broadcast({d} x {}, root={root})", n(buf)),
+            Coll::Reduce { buf, op, root } => write!(f, "reduce({d} x {}, {op}, root={root})", n(buf)),
+            Coll::AllGather { buf } => write!(f, "all_gather({d} x {} in all)", n(buf)),
+            Coll::ReduceScatter { buf, op } => write!(f, "reduce_scatter({d} x {} in all, {op})", n(buf)),
+            Coll::AllToAll { send, .. } => write!(f, "all_to_all({d} x {} sent)", n(send)),
+            Coll::Send { data, peer, tag } => write!(f, "send({d} x {} to rank {peer}, tag {tag})", n(data)),
+            Coll::Recv { buf, peer, tag } => write!(f, "recv({d} x {} from rank {peer}, tag {tag})", n(buf)),
+            Coll::Barrier => write!(f, "barrier"),
+        }
+    }
+}
+
+/// Runs one call on the transport.
+pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataType) -> Result<()> {
+    let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: Instant::now() + plan.timeout };
+    let is_p2p = matches!(coll, Coll::Send { .. } | Coll::Recv { .. });
+    let step = if is_p2p {
+        step
+    } else {
+        t.seq += 1;
+        Step { tag: COLL_BIT | t.seq, ..step }
+    };
+    let mut coll = coll;
+    let r = dispatch(t, plan, &step, &mut coll, dtype);
+    r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
+}
+
+fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype: DataType) -> Result<(), LinkError> {
+    let n = plan.size;
+    let esize = dtype.size();
+    let direct = plan.direct_ok && plan.algo != AlgoChoice::Ring;
+    match coll {
+        Coll::AllReduce { input, out, op } => {
+            if n == 1 {
+                if let Some(i) = input {
+                    out.copy_from_slice(i);
+                }
+            } else if direct {
+                direct::all_reduce(t, s, *input, out, dtype, *op)?;
+            } else {
+                if let Some(i) = input {
+                    out.copy_from_slice(i);
+                }
+                let blocks = even_blocks(out.len() / esize, n, esize);
+                ring::all_reduce(t, s, out, &blocks, dtype, *op)?;
+            }
+            finish_avg(*op, dtype, out, n);
+        }
+        Coll::Broadcast { buf, root } => {
+            if n > 1 {
+                chain::broadcast(t, s, buf, *root, esize)?;
+            }
+        }
+        Coll::Reduce { buf, op, root } => {
+            if n > 1 {
+                let blocks = even_blocks(buf.len() / esize, n, esize);
+                ring::reduce(t, s, buf, &blocks, *root, dtype, *op)?;
+            }
+            if s.rank == *root {
+                finish_avg(*op, dtype, buf, n);
+            }
+        }
+        Coll::AllGather { buf } => {
+            if n > 1 {
+                let blocks = even_blocks(buf.len() / esize, n, esize);
+                ring::all_gather(t, s, buf, &blocks, 0)?;
+            }
+        }
+        Coll::ReduceScatter { buf, op } => {
+            let blocks = even_blocks(buf.len() / esize, n, esize);
+            if n > 1 {
+                ring::reduce_scatter(t, s, buf, &blocks, -1, dtype, *op)?;
+            }
+            finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
+        }
+        Coll::AllToAll { send, send_blocks, recv, recv_blocks } => {
+            let (from, to) = (send_blocks[s.rank].clone(), recv_blocks[s.rank].clone());
+            recv[to].copy_from_slice(&send[from]);
+            if n > 1 {
+                pairwise::all_to_all(t, s, send, send_blocks, recv, recv_blocks)?;
+            }
+        }
+        Coll::Send { data, peer, tag } => {
+            t.exchange(&mut [Xfer::Send { peer: *peer, tag: u64::from(*tag), data }], s.deadline)?;
+        }
+        Coll::Recv { buf, peer, tag } => {
+            t.exchange(&mut [Xfer::Recv { peer: *peer, tag: u64::from(*tag), sink: Sink::Copy(buf) }], s.deadline)?;
+        }
+        Coll::Barrier => {
+            if n > 1 {
+                pairwise::barrier(t, s)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn finish_avg(op: ReduceOp, dtype: DataType, buf: &mut [u8], n: usize) {
+    if op == ReduceOp::Avg && n > 1 {
+        reduce::divide(dtype, buf, n);
+    }
+}

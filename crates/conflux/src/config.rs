@@ -1,0 +1,188 @@
+//! Every environment knob conflux reads, in one place. Each has a builder or option twin so
+//! that a program can set it without touching the environment.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Which link type pairs of ranks use (`CONFLUX_TRANSPORT`, HCCL's set_transport).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// Shared memory between ranks of one host, TCP between hosts.
+    Auto,
+    /// Shared memory for every pair; an error when ranks are on different hosts.
+    Shm,
+    /// TCP for every pair, also within one host.
+    Tcp,
+}
+
+impl TransportKind {
+    pub fn parse(s: &str) -> Option<TransportKind> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(TransportKind::Auto),
+            "shm" => Some(TransportKind::Shm),
+            "tcp" => Some(TransportKind::Tcp),
+            _ => None,
+        }
+    }
+}
+
+/// Which algorithm family collectives use (`CONFLUX_ALGO`). The next issue grows this into a
+/// per-operation choice from a cost model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgoChoice {
+    /// Direct shared-segment algorithms when every rank shares one host's memory, ring otherwise.
+    Auto,
+    /// Ring over the point-to-point links, always.
+    Ring,
+    /// The direct shared-segment algorithm; an error when the ranks do not share one segment.
+    Direct,
+}
+
+impl AlgoChoice {
+    pub fn parse(s: &str) -> Option<AlgoChoice> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => Some(AlgoChoice::Auto),
+            "ring" => Some(AlgoChoice::Ring),
+            "direct" | "shm" => Some(AlgoChoice::Direct),
+            _ => None,
+        }
+    }
+}
+
+/// Tunables of one communicator. `Config::from_env()` reads the `CONFLUX_*` variables.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Deadline of every blocking wait (`CONFLUX_TIMEOUT_S`, default 600).
+    pub timeout: Duration,
+    /// Link type (`CONFLUX_TRANSPORT`).
+    pub transport: TransportKind,
+    /// Algorithm family (`CONFLUX_ALGO`).
+    pub algo: AlgoChoice,
+    /// Overrides host detection so tests can place ranks on different "nodes" (`CONFLUX_NODE_ID`).
+    pub node_id: Option<String>,
+    /// Bytes of each shared-memory ring between two ranks (`CONFLUX_SHM_RING`, default 1M).
+    pub shm_ring_bytes: usize,
+    /// Bytes per chunk of the direct shared-segment algorithm (`CONFLUX_SHM_CHUNK`, default 256K).
+    pub shm_chunk_bytes: usize,
+    /// Largest piece a TCP link writes or reduces at once (`CONFLUX_TCP_CHUNK`, default 256K).
+    pub tcp_chunk_bytes: usize,
+    /// Chunks a TCP sender may have in flight; sizes the socket buffers (`CONFLUX_TCP_INFLIGHT`, default 8).
+    pub tcp_inflight: usize,
+    /// Explicit SO_SNDBUF/SO_RCVBUF, overriding chunk x inflight (`CONFLUX_SOCKET_BUF`).
+    pub socket_buf_bytes: Option<usize>,
+    /// How long a waiting rank spins before it blocks (`CONFLUX_SPIN_US`; default 50, or 5 when
+    /// the host runs more local ranks than it has cores).
+    pub spin: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            timeout: Duration::from_secs(600),
+            transport: TransportKind::Auto,
+            algo: AlgoChoice::Auto,
+            node_id: None,
+            shm_ring_bytes: 1 << 20,
+            shm_chunk_bytes: 256 << 10,
+            tcp_chunk_bytes: 256 << 10,
+            tcp_inflight: 8,
+            socket_buf_bytes: None,
+            spin: None,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by whatever `CONFLUX_*` variables are set.
+    pub fn from_env() -> Result<Config> {
+        let mut c = Config::default();
+        if let Some(v) = var("CONFLUX_TIMEOUT_S") {
+            let secs: f64 = v.parse().map_err(|_| bad("CONFLUX_TIMEOUT_S", &v))?;
+            if !(secs > 0.0 && secs.is_finite()) {
+                return Err(bad("CONFLUX_TIMEOUT_S", &v));
+            }
+            c.timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(v) = var("CONFLUX_TRANSPORT") {
+            c.transport = TransportKind::parse(&v).ok_or_else(|| bad("CONFLUX_TRANSPORT", &v))?;
+        }
+        if let Some(v) = var("CONFLUX_ALGO") {
+            c.algo = AlgoChoice::parse(&v).ok_or_else(|| bad("CONFLUX_ALGO", &v))?;
+        }
+        c.node_id = var("CONFLUX_NODE_ID");
+        size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;
+        size_var("CONFLUX_SHM_CHUNK", &mut c.shm_chunk_bytes)?;
+        size_var("CONFLUX_TCP_CHUNK", &mut c.tcp_chunk_bytes)?;
+        size_var("CONFLUX_TCP_INFLIGHT", &mut c.tcp_inflight)?;
+        if let Some(v) = var("CONFLUX_SOCKET_BUF") {
+            c.socket_buf_bytes = Some(parse_size(&v).ok_or_else(|| bad("CONFLUX_SOCKET_BUF", &v))? as usize);
+        }
+        if let Some(v) = var("CONFLUX_SPIN_US") {
+            let us: u64 = v.parse().map_err(|_| bad("CONFLUX_SPIN_US", &v))?;
+            c.spin = Some(Duration::from_micros(us));
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(Error::Config(what.to_string())) };
+        check(self.shm_ring_bytes >= 4096 && self.shm_ring_bytes <= 1 << 30, "shm ring must be 4K..1G")?;
+        check(self.shm_chunk_bytes >= 4096 && self.shm_chunk_bytes <= 1 << 30, "shm chunk must be 4K..1G")?;
+        check(self.tcp_chunk_bytes >= 4096 && self.tcp_chunk_bytes <= 1 << 30, "tcp chunk must be 4K..1G")?;
+        check(self.tcp_inflight >= 1 && self.tcp_inflight <= 1024, "tcp inflight must be 1..1024")?;
+        check(!self.timeout.is_zero(), "timeout must be positive")
+    }
+}
+
+/// Reads the torchrun variable `name` as a number.
+pub(crate) fn env_usize(name: &str) -> Result<Option<usize>> {
+    match var(name) {
+        None => Ok(None),
+        Some(v) => v.trim().parse().map(Some).map_err(|_| bad(name, &v)),
+    }
+}
+
+pub(crate) fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn size_var(name: &str, into: &mut usize) -> Result<()> {
+    if let Some(v) = var(name) {
+        *into = parse_size(&v).ok_or_else(|| bad(name, &v))? as usize;
+    }
+    Ok(())
+}
+
+fn bad(name: &str, value: &str) -> Error {
+    Error::Config(format!("{name}={value:?} is not a valid value"))
+}
+
+/// Parses sizes the way nccl-tests does: `8`, `64K`, `16M`, `1G` (binary multiples).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_nccl_tests() {
+        assert_eq!(parse_size("8"), Some(8));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("64M"), Some(64 << 20));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("K"), None);
+    }
+}

@@ -1,0 +1,215 @@
+//! What every message on a link carries, and the receive logic shared by both link types.
+//!
+//! A message is a 16-byte header (tag u64, payload length u64, little endian) followed by the
+//! payload. Links deliver messages from one peer in order; a receiver asks for the next message
+//! with a given tag. A message with another point-to-point tag is read aside into the stash,
+//! where a later receive finds it (MPI's unexpected-message queue). A collective message with a
+//! tag other than the one expected means the ranks disagree on their sequence of calls.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::LinkError;
+use crate::dtype::{DataType, ReduceOp};
+use crate::reduce;
+
+pub(crate) const HEADER: usize = 16;
+/// Tags of collectives have the top bit set; the rest is the communicator's call sequence number.
+pub(crate) const COLL_BIT: u64 = 1 << 63;
+/// Largest message a receiver will set aside when it was not expecting it.
+const MAX_STASHED: u64 = 1 << 34;
+
+pub(crate) fn encode_header(tag: u64, len: usize) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..8].copy_from_slice(&tag.to_le_bytes());
+    h[8..].copy_from_slice(&(len as u64).to_le_bytes());
+    h
+}
+
+pub(crate) fn decode_header(b: &[u8]) -> (u64, u64) {
+    let tag = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    let len = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+    (tag, len)
+}
+
+pub(crate) fn describe_tag(tag: u64) -> String {
+    if tag & COLL_BIT != 0 {
+        format!("collective call #{}", tag & !COLL_BIT)
+    } else {
+        format!("send with tag {tag}")
+    }
+}
+
+/// Where the payload of a received message goes.
+pub enum Sink<'a> {
+    /// Copied into the buffer.
+    Copy(&'a mut [u8]),
+    /// Combined into the buffer: `buf[i] = buf[i] op incoming[i]`.
+    Reduce { buf: &'a mut [u8], dtype: DataType, op: ReduceOp },
+}
+
+impl Sink<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Sink::Copy(b) | Sink::Reduce { buf: b, .. } => b.len(),
+        }
+    }
+
+    /// Takes bytes for payload offset `at`; returns how many it took (whole elements only,
+    /// except when the bytes end the payload).
+    fn take(&mut self, at: usize, bytes: &[u8]) -> usize {
+        match self {
+            Sink::Copy(buf) => {
+                buf[at..at + bytes.len()].copy_from_slice(bytes);
+                bytes.len()
+            }
+            Sink::Reduce { buf, dtype, op } => {
+                let n = bytes.len() - bytes.len() % dtype.size();
+                reduce::reduce_into(*dtype, *op, &mut buf[at..at + n], &bytes[..n]);
+                n
+            }
+        }
+    }
+}
+
+/// A link's receive side as a stream of bytes.
+pub(crate) trait ByteSource {
+    /// Bytes of the header record (16 on TCP; 64 on shared memory, which keeps every payload aligned).
+    const HEADER_SPAN: usize;
+    /// Padding after a payload of `len` bytes.
+    fn pad(len: usize) -> usize;
+    /// The bytes available now, reading more from the link when it has them (never blocks).
+    /// Empty means nothing is available yet.
+    fn available(&mut self) -> Result<&[u8], LinkError>;
+    /// Drops the first `n` available bytes.
+    fn consume(&mut self, n: usize);
+}
+
+/// The message a link is in the middle of receiving.
+#[derive(Default)]
+pub(crate) enum RxProgress {
+    #[default]
+    BetweenMessages,
+    /// Payload `done` of `len` bytes of a message for the current receive.
+    Matched { done: usize, len: usize },
+    /// A message with another tag, being read into the stash.
+    Stashing { tag: u64, data: Vec<u8>, len: usize },
+}
+
+/// One link's receive state: the message in progress and the messages set aside.
+#[derive(Default)]
+pub(crate) struct RxState {
+    progress: RxProgress,
+    stash: HashMap<u64, VecDeque<Vec<u8>>>,
+}
+
+impl RxState {
+    /// Advances the receive of a message tagged `tag` into `sink`. Returns (progressed, finished).
+    pub fn step<S: ByteSource>(
+        &mut self,
+        src: &mut S,
+        peer: usize,
+        tag: u64,
+        sink: &mut Sink<'_>,
+        budget: usize,
+    ) -> Result<(bool, bool), LinkError> {
+        if matches!(self.progress, RxProgress::BetweenMessages) {
+            if let Some(data) = self.stash.get_mut(&tag).and_then(|q| q.pop_front()) {
+                check_len(peer, tag, data.len() as u64, sink.len())?;
+                // Whole payload of whole elements (its length equals the sink's), so all of it is taken.
+                sink.take(0, &data);
+                return Ok((true, true));
+            }
+        }
+        let mut progressed = false;
+        let mut moved = 0usize;
+        loop {
+            match &mut self.progress {
+                RxProgress::BetweenMessages => {
+                    let avail = src.available()?;
+                    if avail.len() < S::HEADER_SPAN {
+                        return Ok((progressed, false));
+                    }
+                    let (got_tag, len) = decode_header(avail);
+                    src.consume(S::HEADER_SPAN);
+                    progressed = true;
+                    if got_tag == tag {
+                        check_len(peer, tag, len, sink.len())?;
+                        self.progress = RxProgress::Matched { done: 0, len: len as usize };
+                    } else if got_tag & COLL_BIT != 0 && tag & COLL_BIT != 0 {
+                        return Err(LinkError::Mismatch {
+                            peer,
+                            detail: format!(
+                                "it sent data of {} while this rank waits for {}",
+                                describe_tag(got_tag),
+                                describe_tag(tag)
+                            ),
+                        });
+                    } else {
+                        if len > MAX_STASHED {
+                            return Err(LinkError::Mismatch {
+                                peer,
+                                detail: format!("it sent an unexpected message of {len} bytes"),
+                            });
+                        }
+                        let mut data = Vec::new();
+                        data.try_reserve_exact(len as usize).map_err(|_| LinkError::Io {
+                            peer,
+                            detail: format!("cannot allocate {len} bytes for an unexpected message"),
+                        })?;
+                        self.progress = RxProgress::Stashing { tag: got_tag, data, len: len as usize };
+                    }
+                }
+                RxProgress::Matched { done, len } => {
+                    if *done == *len {
+                        src.consume(S::pad(*len));
+                        self.progress = RxProgress::BetweenMessages;
+                        return Ok((true, true));
+                    }
+                    if moved >= budget {
+                        return Ok((progressed, false));
+                    }
+                    let avail = src.available()?;
+                    let n = avail.len().min(*len - *done).min(budget);
+                    if n == 0 {
+                        return Ok((progressed, false));
+                    }
+                    let took = sink.take(*done, &avail[..n]);
+                    if took == 0 {
+                        return Ok((progressed, false));
+                    }
+                    src.consume(took);
+                    *done += took;
+                    moved += took;
+                    progressed = true;
+                }
+                RxProgress::Stashing { tag: t, data, len } => {
+                    if data.len() == *len {
+                        src.consume(S::pad(*len));
+                        let (t, data) = (*t, std::mem::take(data));
+                        self.stash.entry(t).or_default().push_back(data);
+                        self.progress = RxProgress::BetweenMessages;
+                        continue;
+                    }
+                    let avail = src.available()?;
+                    let n = avail.len().min(*len - data.len());
+                    if n == 0 {
+                        return Ok((progressed, false));
+                    }
+                    data.extend_from_slice(&avail[..n]);
+                    src.consume(n);
+                    progressed = true;
+                }
+            }
+        }
+    }
+}
+
+fn check_len(peer: usize, tag: u64, got: u64, want: usize) -> Result<(), LinkError> {
+    if got == want as u64 {
+        return Ok(());
+    }
+    Err(LinkError::Mismatch {
+        peer,
+        detail: format!("for {} it sent {got} bytes, this rank expects {want}", describe_tag(tag)),
+    })
+}

@@ -1,0 +1,183 @@
+//! A one-way shared-memory link: a single-producer single-consumer byte ring per ordered pair.
+//!
+//! Protocol. `tail` (written only by the sender) and `head` (written only by the receiver) are
+//! monotonically increasing byte positions; the ring offset is `pos % cap`. Bytes in
+//! `[head, tail)` belong to the receiver, the rest of the ring to the sender. The sender writes
+//! bytes, then publishes them with a Release store of `tail`; the receiver's Acquire load of
+//! `tail` makes them visible. Symmetrically the receiver publishes freed space with a Release
+//! store of `head`. After each publication the writer rings the other side's doorbell
+//! (`wait.rs`), so that a sleeping peer wakes.
+//!
+//! Framing. A header occupies a 64-byte record and every payload is padded to a multiple of
+//! 64 bytes. The sender only ever advances `tail` by multiples of 64, so every payload starts
+//! 64-aligned in the ring, and no element (at most 8 bytes) straddles the wrap-around: a
+//! receiver can reduce straight out of the ring, without a copy.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::frame::{encode_header, ByteSource, HEADER};
+use super::shm::Segment;
+use super::wait::ring_doorbell;
+
+const RECORD: usize = 64;
+
+fn round_up(x: usize) -> usize {
+    x.div_ceil(RECORD) * RECORD
+}
+
+/// Progress of one outgoing message.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct SendProgress {
+    pub header_done: bool,
+    pub done: usize,
+}
+
+pub(crate) struct ShmTx {
+    seg: Arc<Segment>,
+    to: usize,
+    tail_off: usize,
+    head_off: usize,
+    data_off: usize,
+    /// Our own tail (only we write it).
+    tail: u64,
+    /// The last head we loaded; refreshed only when the ring looks full.
+    head_seen: u64,
+}
+
+impl ShmTx {
+    pub fn new(seg: Arc<Segment>, from: usize, to: usize) -> ShmTx {
+        let l = seg.layout;
+        let tail = seg.u64_at(l.tail(from, to)).load(Ordering::Acquire);
+        ShmTx {
+            tail_off: l.tail(from, to),
+            head_off: l.head(from, to),
+            data_off: l.ring_data(from, to),
+            seg,
+            to,
+            tail,
+            head_seen: tail,
+        }
+    }
+
+    /// Contiguous free bytes after our tail plus `claimed` written-but-unpublished bytes;
+    /// always a multiple of RECORD.
+    fn free_after(&mut self, claimed: usize) -> usize {
+        let cap = self.seg.layout.ring_cap as u64;
+        let tail = self.tail + claimed as u64;
+        if cap - (tail - self.head_seen) < cap / 2 {
+            self.head_seen = self.seg.u64_at(self.head_off).load(Ordering::Acquire);
+        }
+        let free = cap - (tail - self.head_seen);
+        free.min(cap - tail % cap) as usize
+    }
+
+    fn publish(&mut self, advance: usize) {
+        self.tail += advance as u64;
+        self.seg.u64_at(self.tail_off).store(self.tail, Ordering::Release);
+        ring_doorbell(&self.seg, self.to);
+    }
+
+    /// Writes as much of the message as fits, up to about `budget` payload bytes. Returns
+    /// (progressed, finished).
+    pub fn send(&mut self, tag: u64, data: &[u8], st: &mut SendProgress, budget: usize) -> (bool, bool) {
+        let cap = self.seg.layout.ring_cap as u64;
+        let mut claimed = 0usize;
+        let mut progressed = false;
+        if !st.header_done {
+            if self.free_after(0) < RECORD {
+                return (false, false);
+            }
+            let at = self.data_off + (self.tail % cap) as usize;
+            // SAFETY: the RECORD bytes at our tail are free ring space (checked above), which
+            // only the sender touches until it publishes them.
+            unsafe { self.seg.bytes_mut(at, HEADER) }.copy_from_slice(&encode_header(tag, data.len()));
+            st.header_done = true;
+            claimed = RECORD;
+            progressed = true;
+        }
+        let mut moved = 0;
+        while st.done < data.len() && moved < budget {
+            let free = self.free_after(claimed);
+            let remaining = data.len() - st.done;
+            // A piece is the rest of the payload or a whole number of records.
+            let n = if round_up(remaining) <= free { remaining } else { free };
+            let n = n.min(round_up(budget - moved));
+            if n == 0 {
+                break;
+            }
+            let at = self.data_off + ((self.tail + claimed as u64) % cap) as usize;
+            // SAFETY: these n bytes lie in free ring space past what we already claimed
+            // (free_after checked them against the receiver's head), which only the sender
+            // touches until it publishes them.
+            unsafe { self.seg.bytes_mut(at, n) }.copy_from_slice(&data[st.done..st.done + n]);
+            st.done += n;
+            moved += n;
+            claimed += round_up(n);
+            progressed = true;
+        }
+        if claimed > 0 {
+            self.publish(claimed);
+        }
+        (progressed, st.header_done && st.done == data.len())
+    }
+}
+
+pub(crate) struct ShmRx {
+    seg: Arc<Segment>,
+    from: usize,
+    tail_off: usize,
+    head_off: usize,
+    data_off: usize,
+    /// Our own head (only we write it).
+    head: u64,
+    /// The last tail we loaded.
+    tail_seen: u64,
+}
+
+impl ShmRx {
+    pub fn new(seg: Arc<Segment>, from: usize, to: usize) -> ShmRx {
+        let l = seg.layout;
+        let head = seg.u64_at(l.head(from, to)).load(Ordering::Acquire);
+        ShmRx {
+            tail_off: l.tail(from, to),
+            head_off: l.head(from, to),
+            data_off: l.ring_data(from, to),
+            seg,
+            from,
+            head,
+            tail_seen: head,
+        }
+    }
+}
+
+impl ByteSource for ShmRx {
+    const HEADER_SPAN: usize = RECORD;
+
+    fn pad(len: usize) -> usize {
+        round_up(len) - len
+    }
+
+    fn available(&mut self) -> Result<&[u8], super::LinkError> {
+        if self.tail_seen == self.head {
+            self.tail_seen = self.seg.u64_at(self.tail_off).load(Ordering::Acquire);
+        }
+        let cap = self.seg.layout.ring_cap as u64;
+        let to_end = cap - self.head % cap;
+        let n = (self.tail_seen - self.head).min(to_end) as usize;
+        let at = self.data_off + (self.head % cap) as usize;
+        // SAFETY: bytes in [head, tail) were published by the sender with a Release store that
+        // our Acquire load of tail saw; the sender does not touch them again until we move head
+        // past them, and the slice is gone before we do (consume takes &mut self).
+        Ok(unsafe { self.seg.bytes(at, n) })
+    }
+
+    fn consume(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.head += n as u64;
+        self.seg.u64_at(self.head_off).store(self.head, Ordering::Release);
+        ring_doorbell(&self.seg, self.from);
+    }
+}

@@ -1,0 +1,184 @@
+//! The shared segment of one host's ranks: one memfd, mapped by every local rank.
+//!
+//! # Why a memfd
+//! A memfd has no name in /dev/shm, so nothing can leak: the memory is freed when the last
+//! rank holding it exits, however it exits (SIGKILL included). The leader creates it and
+//! publishes `(pid, fd)` in the store; the others open `/proc/<pid>/fd/<fd>`, which reopens the
+//! same file (it needs ptrace-read permission on the leader, i.e. the same user).
+//!
+//! # Layout (offsets in bytes; LINE = 128, two cache lines, so that adjacent-line prefetch never
+//! makes two writers share one)
+//! ```text
+//! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64
+//! rank_ctl(i)       per local rank, 5 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2]
+//! ring_ctl(i,j)     per ordered pair i->j, 2 lines: tail u64 (written by i) | head u64 (written by j)
+//! ring_data(i,j)    ring_cap bytes per ordered pair (the diagonal is never touched, so never paid for)
+//! slot(i,p)         direct algorithm: chunk bytes per rank and parity p in {0,1}
+//! result(p)         direct algorithm: chunk bytes per parity
+//! ```
+//! Who writes what, and the orderings that make it safe, is written where each protocol is:
+//! `ring.rs` for the point-to-point rings, `algo/direct.rs` for the direct algorithm, and
+//! `wait.rs` for doorbells.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+pub(crate) const LINE: usize = 128;
+const MAGIC: u64 = 0x636f_6e66_6c75_7831; // "conflux1"
+const VERSION: u64 = 1;
+const PAGE: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Layout {
+    pub ranks: usize,
+    pub ring_cap: usize,
+    pub chunk: usize,
+    rank_ctl: usize,
+    ring_ctl: usize,
+    ring_data: usize,
+    direct: usize,
+    pub total: usize,
+}
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+impl Layout {
+    pub fn new(ranks: usize, ring_cap: usize, chunk: usize) -> Layout {
+        let ring_cap = round_up(ring_cap, PAGE);
+        let chunk = round_up(chunk, PAGE);
+        let rank_ctl = PAGE;
+        let ring_ctl = round_up(rank_ctl + ranks * 5 * LINE, PAGE);
+        let ring_data = round_up(ring_ctl + ranks * ranks * 2 * LINE, PAGE);
+        let direct = ring_data + ranks * ranks * ring_cap;
+        let total = direct + (2 * ranks + 2) * chunk;
+        Layout { ranks, ring_cap, chunk, rank_ctl, ring_ctl, ring_data, direct, total }
+    }
+    pub fn doorbell(&self, i: usize) -> usize {
+        self.rank_ctl + i * 5 * LINE
+    }
+    pub fn sleeping(&self, i: usize) -> usize {
+        self.doorbell(i) + LINE
+    }
+    pub fn posted(&self, i: usize) -> usize {
+        self.doorbell(i) + 2 * LINE
+    }
+    pub fn reduced(&self, i: usize) -> usize {
+        self.doorbell(i) + 3 * LINE
+    }
+    /// What rank i's current direct call is, one word per parity (see algo/direct.rs).
+    pub fn desc(&self, i: usize, parity: usize) -> usize {
+        self.doorbell(i) + 4 * LINE + 8 * parity
+    }
+    pub fn tail(&self, from: usize, to: usize) -> usize {
+        self.ring_ctl + (from * self.ranks + to) * 2 * LINE
+    }
+    pub fn head(&self, from: usize, to: usize) -> usize {
+        self.tail(from, to) + LINE
+    }
+    pub fn ring_data(&self, from: usize, to: usize) -> usize {
+        self.ring_data + (from * self.ranks + to) * self.ring_cap
+    }
+    pub fn slot(&self, i: usize, parity: usize) -> usize {
+        self.direct + (2 * i + parity) * self.chunk
+    }
+    pub fn result(&self, parity: usize) -> usize {
+        self.direct + (2 * self.ranks + parity) * self.chunk
+    }
+}
+
+/// One host's shared segment, mapped into this process.
+pub(crate) struct Segment {
+    map: MmapRaw,
+    pub layout: Layout,
+    file: File,
+}
+
+impl Segment {
+    /// Creates and maps a fresh segment (the leader's part).
+    pub fn create(layout: Layout) -> std::io::Result<Segment> {
+        let fd = rustix::fs::memfd_create("conflux", rustix::fs::MemfdFlags::CLOEXEC)?;
+        let file = File::from(fd);
+        file.set_len(layout.total as u64)?;
+        let seg = Segment::map(file, layout)?;
+        for (i, v) in [MAGIC, VERSION, layout.ranks as u64, layout.ring_cap as u64, layout.chunk as u64]
+            .into_iter()
+            .enumerate()
+        {
+            seg.u64_at(i * 8).store(v, std::sync::atomic::Ordering::Release);
+        }
+        Ok(seg)
+    }
+
+    /// Opens the leader's segment through /proc and checks it is the one we expect.
+    pub fn open(leader_pid: u32, leader_fd: i32, layout: Layout) -> std::io::Result<Segment> {
+        let path = format!("/proc/{leader_pid}/fd/{leader_fd}");
+        let file = File::options().read(true).write(true).open(&path)?;
+        if file.metadata()?.len() != layout.total as u64 {
+            return Err(std::io::Error::other(format!("{path} has the wrong size")));
+        }
+        let seg = Segment::map(file, layout)?;
+        let expect = [MAGIC, VERSION, layout.ranks as u64, layout.ring_cap as u64, layout.chunk as u64];
+        for (i, v) in expect.into_iter().enumerate() {
+            if seg.u64_at(i * 8).load(std::sync::atomic::Ordering::Acquire) != v {
+                return Err(std::io::Error::other(format!("{path} is not this job's segment")));
+            }
+        }
+        Ok(seg)
+    }
+
+    fn map(file: File, layout: Layout) -> std::io::Result<Segment> {
+        let map = MmapOptions::new().len(layout.total).map_raw(&file)?;
+        Ok(Segment { map, layout, file })
+    }
+
+    /// The descriptor other local ranks open through /proc.
+    pub fn raw_fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
+    fn check(&self, off: usize, len: usize, align: usize) {
+        // A violation is a bug in this crate's offset arithmetic, never a user input.
+        assert!(off % align == 0 && off.checked_add(len).is_some_and(|e| e <= self.layout.total));
+    }
+
+    pub fn u32_at(&self, off: usize) -> &AtomicU32 {
+        self.check(off, 4, 4);
+        // SAFETY: in bounds and aligned (checked); the mapping lives as long as &self; atomics
+        // are the only way any process touches control words, so no non-atomic access aliases.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    pub fn u64_at(&self, off: usize) -> &AtomicU64 {
+        self.check(off, 8, 8);
+        // SAFETY: as in u32_at.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    }
+
+    /// Bytes `off..off+len` of the segment, for reading.
+    ///
+    /// # Safety
+    /// No process may write these bytes while the slice lives: the caller holds them under the
+    /// protocol of the area (a ring's filled part, a slot whose `posted` it has observed).
+    pub unsafe fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        self.check(off, len, 1);
+        // SAFETY: in bounds (checked); exclusivity of writers is the caller's contract above.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off), len) }
+    }
+
+    /// Bytes `off..off+len` of the segment, for writing.
+    ///
+    /// # Safety
+    /// No other process or thread may read or write these bytes while the slice lives: the
+    /// caller owns them under the protocol of the area (a ring's free part, its own slot).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        self.check(off, len, 1);
+        // SAFETY: in bounds (checked); exclusive ownership is the caller's contract above.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off), len) }
+    }
+}

@@ -1,0 +1,133 @@
+//! A TCP link to one peer: a non-blocking stream carrying framed messages both ways.
+//!
+//! Large messages flow in pieces of at most `chunk` bytes per system call, so that the
+//! receiver reduces one piece while the next is on the wire; the socket buffers hold
+//! `inflight` such pieces (CONFLUX_TCP_CHUNK, CONFLUX_TCP_INFLIGHT, CONFLUX_SOCKET_BUF).
+
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::frame::{encode_header, ByteSource, HEADER};
+use super::ring::SendProgress;
+use super::LinkError;
+
+pub(crate) struct TcpLink {
+    stream: TcpStream,
+    peer: usize,
+    chunk: usize,
+    rx: Vec<u8>,
+    rx_start: usize,
+    rx_end: usize,
+    /// Set at end of stream to the bytes then buffered: they are handed out once more, and if
+    /// nobody takes any, the stream can never deliver what its reader waits for.
+    eof_with: Option<usize>,
+}
+
+/// Applies the socket options every data connection gets.
+pub(crate) fn tune_socket(stream: &TcpStream, bufsize: usize) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let s = socket2::SockRef::from(stream);
+    s.set_send_buffer_size(bufsize)?;
+    s.set_recv_buffer_size(bufsize)?;
+    Ok(())
+}
+
+impl TcpLink {
+    pub fn new(stream: TcpStream, peer: usize, chunk: usize) -> std::io::Result<TcpLink> {
+        stream.set_nonblocking(true)?;
+        Ok(TcpLink { stream, peer, chunk, rx: vec![0; chunk.max(4096)], rx_start: 0, rx_end: 0, eof_with: None })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+
+    fn io_err(&self, e: std::io::Error) -> LinkError {
+        match e.kind() {
+            ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::UnexpectedEof => {
+                LinkError::PeerGone { peer: self.peer, detail: format!("its TCP connection broke ({e})") }
+            }
+            _ => LinkError::Io { peer: self.peer, detail: e.to_string() },
+        }
+    }
+
+    /// Writes as much of the message as the socket takes now. Returns (progressed, finished).
+    pub fn send(&mut self, tag: u64, data: &[u8], st: &mut SendProgress) -> Result<(bool, bool), LinkError> {
+        let header = encode_header(tag, data.len());
+        let mut progressed = false;
+        loop {
+            // `done` counts header bytes first, then payload bytes.
+            let hdr_left = if st.header_done { 0 } else { HEADER - st.done };
+            let pay_at = if st.header_done { st.done } else { 0 };
+            if hdr_left == 0 && pay_at == data.len() {
+                return Ok((progressed, true));
+            }
+            let pay = &data[pay_at..(pay_at + self.chunk).min(data.len())];
+            let bufs = [IoSlice::new(&header[HEADER - hdr_left..]), IoSlice::new(pay)];
+            match self.stream.write_vectored(&bufs) {
+                Ok(0) => return Err(self.io_err(ErrorKind::WriteZero.into())),
+                Ok(mut n) => {
+                    progressed = true;
+                    if !st.header_done {
+                        let h = n.min(hdr_left);
+                        st.done += h;
+                        n -= h;
+                        if st.done == HEADER {
+                            st.header_done = true;
+                            st.done = 0;
+                        }
+                    }
+                    st.done += n;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok((progressed, false)),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.io_err(e)),
+            }
+        }
+    }
+}
+
+impl ByteSource for TcpLink {
+    const HEADER_SPAN: usize = HEADER;
+
+    fn pad(_len: usize) -> usize {
+        0
+    }
+
+    fn available(&mut self) -> Result<&[u8], LinkError> {
+        // Read only when we hold less than a header's worth of small records: callers always
+        // take all they can, so what stays behind is a partial header or a partial element.
+        if self.rx_end - self.rx_start < 64 {
+            if self.rx_start > 0 {
+                self.rx.copy_within(self.rx_start..self.rx_end, 0);
+                self.rx_end -= self.rx_start;
+                self.rx_start = 0;
+            }
+            match self.stream.read(&mut self.rx[self.rx_end..]) {
+                Ok(0) => {
+                    let held = self.rx_end - self.rx_start;
+                    if held == 0 || self.eof_with == Some(held) {
+                        return Err(LinkError::PeerGone {
+                            peer: self.peer,
+                            detail: "it closed its TCP connection".into(),
+                        });
+                    }
+                    self.eof_with = Some(held);
+                }
+                Ok(n) => self.rx_end += n,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+                Err(e) => return Err(self.io_err(e)),
+            }
+        }
+        Ok(&self.rx[self.rx_start..self.rx_end])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.rx_start += n;
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! How a rank waits: spin briefly, then sleep until a peer rings its doorbell, a socket becomes
+//! ready, or a slice of time passes; and on every wake-up, check that the peers are alive.
+//!
+//! Doorbells (shared memory). Each local rank has a `doorbell` word and a `sleeping` flag in the
+//! segment. A sleeper reads the doorbell, sets `sleeping`, issues a SeqCst fence, and checks its
+//! condition once more before `futex_wait(doorbell, value)`. A waker changes the condition,
+//! issues a SeqCst fence, and only if it sees `sleeping` set bumps the doorbell and calls
+//! `futex_wake`. The fences make it impossible for both to miss each other: either the waker
+//! sees `sleeping`, or the sleeper's last check sees the new condition. The bump makes a
+//! sleeper that has not yet reached futex_wait return at once. Wakers pay no system call while
+//! nobody sleeps, which is the common case when ranks have a core each.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::thread::futex;
+
+use super::shm::Segment;
+use super::LinkError;
+use crate::store::{Event, Monitor};
+
+/// Longest a sleeper sleeps before it checks liveness, abort and the deadline again.
+const SLICE: Duration = Duration::from_millis(20);
+/// Longest a sleeper waits on sockets when shared-memory work is also pending.
+const MIXED_SLICE: Duration = Duration::from_micros(200);
+
+/// Wakes local rank `i` if it sleeps (the waker's half of the doorbell protocol).
+pub(crate) fn ring_doorbell(seg: &Segment, i: usize) {
+    fence(Ordering::SeqCst);
+    if seg.u32_at(seg.layout.sleeping(i)).load(Ordering::Relaxed) != 0 {
+        let bell = seg.u32_at(seg.layout.doorbell(i));
+        bell.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(bell, futex::Flags::empty(), i32::MAX as u32);
+    }
+}
+
+/// What a rank watches while it waits.
+pub(crate) struct Waiter {
+    pub(crate) seg: Option<Arc<Segment>>,
+    pub(crate) me_local: usize,
+    /// (global rank, pidfd) of every other local rank: readable once that process has exited.
+    pub(crate) pidfds: Vec<(usize, OwnedFd)>,
+    pub(crate) monitor: Option<Monitor>,
+    pub(crate) abort: Arc<AtomicBool>,
+    pub(crate) spin: Duration,
+    pub(crate) yield_while_spinning: bool,
+    last_check: Instant,
+}
+
+/// A socket the waiter should watch, and for what.
+pub(crate) struct SocketInterest<'a> {
+    pub fd: BorrowedFd<'a>,
+    pub read: bool,
+    pub write: bool,
+}
+
+impl Waiter {
+    pub fn new(
+        seg: Option<Arc<Segment>>,
+        me_local: usize,
+        pidfds: Vec<(usize, OwnedFd)>,
+        monitor: Option<Monitor>,
+        abort: Arc<AtomicBool>,
+        spin: Duration,
+        yield_while_spinning: bool,
+    ) -> Waiter {
+        Waiter { seg, me_local, pidfds, monitor, abort, spin, yield_while_spinning, last_check: Instant::now() }
+    }
+
+    /// Called between fruitless progress passes while spinning.
+    pub fn pause(&self) {
+        if self.yield_while_spinning {
+            std::thread::yield_now();
+        } else {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// First half of going to sleep: returns the doorbell value to sleep on. The caller must make
+    /// one more progress pass after this and call `sleep` only if that pass did nothing.
+    pub fn arm(&self) -> u32 {
+        let Some(seg) = &self.seg else { return 0 };
+        let v = seg.u32_at(seg.layout.doorbell(self.me_local)).load(Ordering::Acquire);
+        seg.u32_at(seg.layout.sleeping(self.me_local)).store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        v
+    }
+
+    pub fn disarm(&self) {
+        if let Some(seg) = &self.seg {
+            seg.u32_at(seg.layout.sleeping(self.me_local)).store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Sleeps until a doorbell, a watched socket, or one time slice; then checks liveness.
+    pub fn sleep(
+        &mut self,
+        bell: u32,
+        shm_pending: bool,
+        sockets: &[SocketInterest<'_>],
+        deadline: Instant,
+    ) -> Result<(), LinkError> {
+        let now = Instant::now();
+        let slice = if sockets.is_empty() || !shm_pending { SLICE } else { MIXED_SLICE };
+        let wait = slice.min(deadline.saturating_duration_since(now));
+        if !sockets.is_empty() {
+            let mut fds: Vec<PollFd<'_>> = sockets
+                .iter()
+                .map(|s| {
+                    let mut f = PollFlags::empty();
+                    if s.read {
+                        f |= PollFlags::IN;
+                    }
+                    if s.write {
+                        f |= PollFlags::OUT;
+                    }
+                    PollFd::from_borrowed_fd(s.fd, f)
+                })
+                .collect();
+            if let Some(m) = &self.monitor {
+                fds.push(PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN));
+            }
+            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
+            let _ = poll(&mut fds, Some(&ts));
+        } else if let Some(seg) = &self.seg {
+            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
+            let bell_word = seg.u32_at(seg.layout.doorbell(self.me_local));
+            // EAGAIN (the bell rang already), ETIMEDOUT and EINTR all just mean "look again".
+            let _ = futex::wait(bell_word, futex::Flags::empty(), bell, Some(&ts));
+        } else {
+            std::thread::sleep(wait);
+        }
+        self.disarm();
+        self.check(deadline, false)
+    }
+
+    /// Checks abort always, and liveness when a slice has passed since the last look (or `force`).
+    pub fn check(&mut self, deadline: Instant, force: bool) -> Result<(), LinkError> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(LinkError::Aborted);
+        }
+        let now = Instant::now();
+        if force || now.duration_since(self.last_check) >= SLICE || now >= deadline {
+            self.last_check = now;
+            self.check_liveness()?;
+        }
+        Ok(())
+    }
+
+    /// Fails if a local peer's process has exited or the store reported a failure.
+    pub fn check_liveness(&mut self) -> Result<(), LinkError> {
+        if !self.pidfds.is_empty() {
+            let mut fds: Vec<PollFd<'_>> =
+                self.pidfds.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)).collect();
+            let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+            if poll(&mut fds, Some(&zero)).unwrap_or(0) > 0 {
+                if let Some(i) = fds.iter().position(|f| !f.revents().is_empty()) {
+                    return Err(LinkError::PeerGone {
+                        peer: self.pidfds[i].0,
+                        detail: "its process exited".into(),
+                    });
+                }
+            }
+        }
+        if let Some(m) = &mut self.monitor {
+            if let Some(ev) = m.try_event() {
+                return Err(match ev {
+                    Event::RankDied { rank } => LinkError::PeerGone {
+                        peer: rank,
+                        detail: "its connection to the job's store closed (the process died or its host is unreachable)"
+                            .into(),
+                    },
+                    Event::Failure { culprit, reporter, reason } => LinkError::Remote { culprit, reporter, reason },
+                    Event::StoreLost => LinkError::PeerGone {
+                        peer: 0,
+                        detail: "the job's store, served by rank 0, is unreachable".into(),
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every other rank, through the store, that this rank fails because of `culprit`.
+    pub fn report(&mut self, err: &LinkError) {
+        let Some(m) = &mut self.monitor else { return };
+        match err {
+            LinkError::Remote { .. } | LinkError::Aborted => {}
+            e => {
+                if let Some(culprit) = e.peer() {
+                    m.report_failure(culprit, &e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Wakes this rank's own sleeper (used by abort from another thread).
+    pub fn wake_self(seg: &Segment, me_local: usize) {
+        let bell = seg.u32_at(seg.layout.doorbell(me_local));
+        bell.fetch_add(1, Ordering::Release);
+        let _ = futex::wake(bell, futex::Flags::empty(), i32::MAX as u32);
+    }
+}
+
+/// A waiting loop's state between fruitless passes: spinning since when, armed to sleep or not.
+#[derive(Default)]
+pub(crate) struct Idle {
+    since: Option<Instant>,
+    armed: Option<u32>,
+}
+
+impl Idle {
+    /// The caller made progress: spinning starts afresh next time.
+    pub fn progressed(&mut self, w: &Waiter) {
+        self.since = None;
+        if self.armed.take().is_some() {
+            w.disarm();
+        }
+    }
+
+    /// One fruitless pass: spin, arm, or sleep, then return so the caller tries again.
+    /// `what()` tells (shared memory pending, sockets to watch, peers awaited).
+    pub fn wait<'a>(
+        &mut self,
+        w: &mut Waiter,
+        deadline: Instant,
+        what: impl FnOnce() -> (bool, Vec<SocketInterest<'a>>, Vec<usize>),
+    ) -> Result<(), LinkError> {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now >= deadline {
+            w.disarm();
+            self.armed = None;
+            w.check(deadline, true)?;
+            let (_, _, peers) = what();
+            return Err(LinkError::Timeout { peers, secs: now.duration_since(since).as_secs_f64() });
+        }
+        if now.duration_since(since) < w.spin {
+            w.check(deadline, false)?;
+            w.pause();
+            return Ok(());
+        }
+        match self.armed.take() {
+            None => self.armed = Some(w.arm()),
+            Some(bell) => {
+                let (shm_pending, sockets, _) = what();
+                w.sleep(bell, shm_pending, &sockets, deadline)?;
+            }
+        }
+        Ok(())
+    }
+}

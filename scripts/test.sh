@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Every test of the workspace: unit tests, and the integration tests that start real rank
+# processes over shared memory and TCP. Test threads are limited to 2 because multi-rank
+# tests already oversubscribe this 2-core machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v cargo >/dev/null || { echo "cargo is required (rustup.rs)"; exit 1; }
+cargo build --workspace --release --locked
+cargo test --workspace --locked -- --test-threads=2
