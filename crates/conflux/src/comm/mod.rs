@@ -504,10 +504,10 @@ impl Communicator {
         let mut t = self.engine.transport();
         if let Some(m) = &mut t.waiter.monitor {
             m.goodbye();
-            if self.server.is_some() {
-                // Keep serving the store until every rank has left, so none sees it vanish.
-                m.wait_all_goodbye(self.plan.size, self.plan.timeout);
-            }
+        }
+        if let Some(server) = &self.server {
+            // Keep serving the store until every rank has left, so none sees it vanish.
+            server.wait_goodbyes(self.plan.size, self.plan.timeout);
         }
         if drained {
             Ok(())

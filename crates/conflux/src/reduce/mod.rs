@@ -1,6 +1,80 @@
-//! Reduction kernels: AVX2 when the CPU has it, portable code otherwise.
+//! Reduction kernels: AVX2 when the CPU has it (detected at run time), portable code otherwise.
+//!
+//! Both paths are the same generic code (`kernel.rs`), compiled twice: once as ordinary code
+//! and once inside a function with AVX2 enabled, where the compiler vectorizes the block loops
+//! with 256-bit registers. Buffers are plain bytes at any alignment (shared-memory slots and
+//! wire chunks have no alignment promise); the kernels copy blocks into aligned stack arrays,
+//! which stay in L1.
+//!
+//! Results are identical on both paths: the order of operations per element is fixed (sources
+//! in the order given) and neither path contracts multiply-adds.
+
+mod kernel;
+
 use crate::dtype::{DataType, ReduceOp};
-pub fn reduce_into(_d: DataType, _o: ReduceOp, _dst: &mut [u8], _src: &[u8]) { todo!() }
-pub fn reduce_many(_d: DataType, _o: ReduceOp, _dst: &mut [u8], _srcs: &[&[u8]]) { todo!() }
-pub fn divide(_d: DataType, _dst: &mut [u8], _n: usize) { todo!() }
-pub fn kernel_name() -> &'static str { "x" }
+use std::sync::OnceLock;
+
+/// `dst[i] = dst[i] op src[i]` over whole elements. `src` must be at least as long as `dst`.
+pub fn reduce_into(dtype: DataType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    let n = dst.len().min(src.len());
+    let n = n - n % dtype.size();
+    run(dtype, op, &mut dst[..n], true, &[&src[..n]]);
+}
+
+/// `dst[i] = srcs[0][i] op srcs[1][i] op ...`, in that order; f16 and bf16 accumulate in f32
+/// across all sources and round once. An empty `srcs` leaves `dst` as it is.
+pub fn reduce_many(dtype: DataType, op: ReduceOp, dst: &mut [u8], srcs: &[&[u8]]) {
+    if srcs.is_empty() {
+        return;
+    }
+    let n = srcs.iter().map(|s| s.len()).fold(dst.len(), usize::min);
+    let n = n - n % dtype.size();
+    let srcs: Vec<&[u8]> = srcs.iter().map(|s| &s[..n]).collect();
+    run(dtype, op, &mut dst[..n], false, &srcs);
+}
+
+/// Divides every element by `n` (the second half of Avg). Integers truncate toward zero, as
+/// NCCL's and torch's integer averages do.
+pub fn divide(dtype: DataType, dst: &mut [u8], n: usize) {
+    if n > 1 {
+        let len = dst.len() - dst.len() % dtype.size();
+        kernel::divide(dtype, &mut dst[..len], n);
+    }
+}
+
+/// Which kernel this process uses: "avx2" or "portable".
+pub fn kernel_name() -> &'static str {
+    if has_avx2() {
+        "avx2"
+    } else {
+        "portable"
+    }
+}
+
+fn has_avx2() -> bool {
+    static DETECTED: OnceLock<bool> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::env::var_os("CONFLUX_PORTABLE_KERNELS").is_none() && std::arch::is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
+}
+
+fn run(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 (checked at run time just above); that is the only
+        // requirement of a `target_feature(enable = "avx2")` function.
+        unsafe { kernel::fold_avx2(dtype, op, dst, with_dst, srcs) };
+        return;
+    }
+    kernel::fold_portable(dtype, op, dst, with_dst, srcs);
+}
+
+#[cfg(test)]
+mod tests;

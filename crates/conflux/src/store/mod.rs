@@ -1,4 +1,21 @@
 //! Rendezvous: a TCP key-value store served by rank 0 (the role torch's TCPStore plays).
+//!
+//! Ranks exchange their addresses and shared-memory handles through it, and each keeps one
+//! extra *monitor* connection open for the job's life. The server knows a rank is gone when
+//! its monitor connection closes without a goodbye, and tells every other monitor; a rank that
+//! fails because of a peer reports it the same way. So a failure reaches every rank, also the
+//! ones that were not talking to the dead one.
+//!
+//! Wire format (both directions): frames of `u32 LE body length` + body, body = `u8 kind` +
+//! fields; byte strings are `u32 LE length` + bytes, integers are 8 bytes LE. Lengths are
+//! checked against [`wire::MAX_FRAME`] before anything is allocated.
+
+mod client;
+mod server;
+mod wire;
+
+pub use client::{Monitor, StoreClient};
+pub use server::StoreServer;
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -13,26 +30,17 @@ pub enum StoreError {
     #[error("store protocol violation: {0}")]
     Protocol(String),
 }
-use std::time::Duration;
-pub struct StoreServer;
-impl StoreServer { pub fn bind(_a: std::net::SocketAddr) -> Result<StoreServer, StoreError> { todo!() } pub fn local_addr(&self) -> std::net::SocketAddr { todo!() } }
-pub struct StoreClient;
-impl StoreClient {
- pub fn connect(_a: &str, _t: Duration) -> Result<StoreClient, StoreError> { todo!() }
- pub fn set(&self, _k: &str, _v: &[u8]) -> Result<(), StoreError> { todo!() }
- pub fn get(&self, _k: &str, _t: Duration) -> Result<Vec<u8>, StoreError> { todo!() }
- pub fn wait(&self, _k: &[&str], _t: Duration) -> Result<(), StoreError> { todo!() }
- pub fn add(&self, _k: &str, _d: i64) -> Result<i64, StoreError> { todo!() }
- pub fn monitor(&self, _r: usize) -> Result<Monitor, StoreError> { todo!() }
- pub fn local_addr(&self) -> std::net::SocketAddr { todo!() }
-}
+
+/// What a monitor connection learns about the job.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event { RankDied { rank: usize }, Failure { culprit: usize, reporter: usize, reason: String }, StoreLost }
-pub struct Monitor;
-impl std::os::fd::AsFd for Monitor { fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> { todo!() } }
-impl Monitor {
- pub fn try_event(&mut self) -> Option<Event> { todo!() }
- pub fn report_failure(&mut self, _c: usize, _r: &str) {}
- pub fn goodbye(&mut self) {}
- pub fn wait_all_goodbye(&mut self, _n: usize, _t: Duration) -> usize { 0 }
+pub enum Event {
+    /// The rank's monitor connection closed without a goodbye.
+    RankDied { rank: usize },
+    /// `reporter` failed an operation because of `culprit`.
+    Failure { culprit: usize, reporter: usize, reason: String },
+    /// The store itself went away.
+    StoreLost,
 }
+
+#[cfg(test)]
+mod tests;

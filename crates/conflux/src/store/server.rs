@@ -1,0 +1,270 @@
+//! The store's server: one thread per connection, all state behind one lock.
+//!
+//! A blocking get or wait parks its connection's thread on the condition variable until the
+//! keys exist or the client's deadline passes; the client's own read timeout is longer, so it
+//! always hears the answer.
+
+use super::wire::{self, kind, Dec, Enc};
+use super::{Event, StoreError};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Serves the store until dropped.
+pub struct StoreServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    kv: HashMap<String, Vec<u8>>,
+    closing: bool,
+    /// Every open connection, to shut down when the server goes.
+    conns: Vec<TcpStream>,
+    /// Monitor connections by rank, for pushing events.
+    monitors: HashMap<usize, TcpStream>,
+    goodbye: HashSet<usize>,
+    /// Events so far, replayed to monitors that register late.
+    history: Vec<Event>,
+}
+
+impl StoreServer {
+    /// Listens on `addr` (port 0 picks a free one).
+    pub fn bind(addr: SocketAddr) -> Result<StoreServer, StoreError> {
+        let err = |e: std::io::Error| StoreError::Connection { addr: addr.to_string(), detail: format!("bind: {e}") };
+        let listener = TcpListener::bind(addr).map_err(err)?;
+        let addr = listener.local_addr().map_err(err)?;
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let accept = std::thread::Builder::new()
+            .name("conflux-store".into())
+            .spawn(move || accept_loop(listener, s))
+            .map_err(err)?;
+        Ok(StoreServer { addr, shared, accept: Some(accept) })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits until `world` ranks have said goodbye (or died), so that no rank sees the store
+    /// vanish while it is still shutting down. Returns how many did.
+    pub fn wait_goodbyes(&self, world: usize, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            let died = st.history.iter().filter(|e| matches!(e, Event::RankDied { .. })).count();
+            let gone = st.goodbye.len() + died;
+            let now = Instant::now();
+            if gone >= world || now >= deadline {
+                return gone;
+            }
+            st = self.shared.changed.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+}
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        {
+            let mut st = self.shared.lock();
+            st.closing = true;
+            for c in &st.conns {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+        self.shared.changed.notify_all();
+        // Wake the accept loop so it sees `closing`.
+        let _ = TcpStream::connect_timeout(&wake_addr(self.addr), Duration::from_millis(200));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn wake_addr(addr: SocketAddr) -> SocketAddr {
+    let mut a = addr;
+    if a.ip().is_unspecified() {
+        a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    a
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    for conn in listener.incoming() {
+        if shared.lock().closing {
+            return;
+        }
+        let Ok(conn) = conn else { continue };
+        let _ = conn.set_nodelay(true);
+        let Ok(clone) = conn.try_clone() else { continue };
+        shared.lock().conns.push(clone);
+        let s = shared.clone();
+        let _ = std::thread::Builder::new().name("conflux-store-conn".into()).spawn(move || serve(conn, s));
+    }
+}
+
+/// Serves one connection until it closes or breaks the protocol.
+fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
+    let mut monitor_rank = None;
+    loop {
+        let body = match wire::read_frame(&mut conn) {
+            Ok(Some(b)) => b,
+            Ok(None) | Err(_) => break,
+        };
+        let reply = match handle(&body, &shared, &mut monitor_rank, &conn) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("store: closing a connection: {e}");
+                break;
+            }
+        };
+        if let Some(r) = reply {
+            if wire::write_frame(&mut conn, &r).is_err() {
+                break;
+            }
+        }
+    }
+    let _ = conn.shutdown(Shutdown::Both);
+    let mut st = shared.lock();
+    st.conns.retain(|c| c.peer_addr().ok() != conn.peer_addr().ok() || c.local_addr().ok() != conn.local_addr().ok());
+    if let Some(rank) = monitor_rank {
+        st.monitors.remove(&rank);
+        if !st.goodbye.contains(&rank) && !st.closing {
+            push(&mut st, Event::RankDied { rank }, None);
+        }
+    }
+    drop(st);
+    shared.changed.notify_all();
+}
+
+fn handle(
+    body: &[u8],
+    shared: &Shared,
+    monitor_rank: &mut Option<usize>,
+    conn: &TcpStream,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let mut d = Dec::new(body)?;
+    match d.kind {
+        kind::SET => {
+            let (k, v) = (d.str()?.to_string(), d.bytes()?.to_vec());
+            shared.lock().kv.insert(k, v);
+            shared.changed.notify_all();
+            Ok(Some(Enc::new(kind::OK).finish()))
+        }
+        kind::ADD => {
+            let k = d.str()?.to_string();
+            let delta = d.u64()? as i64;
+            let mut st = shared.lock();
+            let cur = st.kv.get(&k).map(|v| std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok()));
+            let cur = match cur {
+                None => 0,
+                Some(Some(n)) => n,
+                Some(None) => return Ok(Some(Enc::new(kind::TIMEOUT).bytes(b"not an integer").finish())),
+            };
+            let new = cur.wrapping_add(delta);
+            st.kv.insert(k, new.to_string().into_bytes());
+            drop(st);
+            shared.changed.notify_all();
+            Ok(Some(Enc::new(kind::INT).u64(new as u64).finish()))
+        }
+        kind::GET | kind::WAIT => {
+            let timeout = Duration::from_millis(d.u64()?);
+            let n = d.u64()? as usize;
+            if n > 1 << 16 {
+                return Err(wire::bad("too many keys"));
+            }
+            let mut keys = Vec::with_capacity(n);
+            for _ in 0..n {
+                keys.push(d.str()?.to_string());
+            }
+            let deadline = Instant::now() + timeout;
+            let mut st = shared.lock();
+            loop {
+                let missing: Vec<&String> = keys.iter().filter(|k| !st.kv.contains_key(*k)).collect();
+                if missing.is_empty() {
+                    let reply = if d.kind == kind::GET {
+                        Enc::new(kind::VALUE).bytes(keys.first().and_then(|k| st.kv.get(k)).map_or(&[], |v| v))
+                    } else {
+                        Enc::new(kind::OK)
+                    };
+                    return Ok(Some(reply.finish()));
+                }
+                let now = Instant::now();
+                if now >= deadline || st.closing {
+                    let list = missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n");
+                    return Ok(Some(Enc::new(kind::TIMEOUT).bytes(list.as_bytes()).finish()));
+                }
+                st = shared.changed.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            }
+        }
+        kind::MONITOR => {
+            let rank = d.u64()? as usize;
+            let mut st = shared.lock();
+            let mut w = conn.try_clone().map_err(|e| wire::bad(&e.to_string()))?;
+            let _ = w.set_write_timeout(Some(Duration::from_secs(1)));
+            for ev in st.history.clone() {
+                let _ = w.write_all(&event_frame(&ev));
+            }
+            st.monitors.insert(rank, w);
+            *monitor_rank = Some(rank);
+            Ok(None)
+        }
+        kind::FAILURE => {
+            let reporter = monitor_rank.ok_or_else(|| wire::bad("failure report on a plain connection"))?;
+            let culprit = d.u64()? as usize;
+            let reason = String::from_utf8_lossy(d.bytes()?).into_owned();
+            let mut st = shared.lock();
+            push(&mut st, Event::Failure { culprit, reporter, reason }, Some(reporter));
+            Ok(None)
+        }
+        kind::GOODBYE => {
+            let rank = monitor_rank.ok_or_else(|| wire::bad("goodbye on a plain connection"))?;
+            shared.lock().goodbye.insert(rank);
+            shared.changed.notify_all();
+            Ok(None)
+        }
+        k => Err(wire::bad(&format!("unknown request kind {k}"))),
+    }
+}
+
+/// Records `ev` and sends it to every monitor but `except`.
+fn push(st: &mut State, ev: Event, except: Option<usize>) {
+    let frame = event_frame(&ev);
+    for (&rank, w) in st.monitors.iter_mut() {
+        if Some(rank) != except {
+            let _ = w.write_all(&frame);
+        }
+    }
+    st.history.push(ev);
+}
+
+fn event_frame(ev: &Event) -> Vec<u8> {
+    match ev {
+        Event::RankDied { rank } => Enc::new(kind::EV_DIED).u64(*rank as u64).finish(),
+        Event::Failure { culprit, reporter, reason } => Enc::new(kind::EV_FAILURE)
+            .u64(*culprit as u64)
+            .u64(*reporter as u64)
+            .bytes(reason.as_bytes())
+            .finish(),
+        // Only a client concludes this; the server has nothing to send for it.
+        Event::StoreLost => Vec::new(),
+    }
+}

@@ -1,0 +1,114 @@
+//! The store over real loopback sockets.
+
+use super::*;
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn serve() -> (StoreServer, String) {
+    let s = StoreServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let a = s.local_addr().to_string();
+    (s, a)
+}
+
+const T: Duration = Duration::from_secs(5);
+
+#[test]
+fn set_get_wait_add() {
+    let (_s, addr) = serve();
+    let c = StoreClient::connect(&addr, T).unwrap();
+    c.set("a", b"hello").unwrap();
+    assert_eq!(c.get("a", T).unwrap(), b"hello");
+    c.wait(&["a"], T).unwrap();
+    assert_eq!(c.add("n", 5).unwrap(), 5);
+    assert_eq!(c.add("n", -7).unwrap(), -2);
+    c.set("a", b"").unwrap();
+    assert_eq!(c.get("a", T).unwrap(), b"");
+}
+
+#[test]
+fn get_blocks_until_another_client_sets() {
+    let (_s, addr) = serve();
+    let c = StoreClient::connect(&addr, T).unwrap();
+    let a2 = addr.clone();
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        StoreClient::connect(&a2, T).unwrap().set("late", b"x").unwrap();
+    });
+    assert_eq!(c.get("late", T).unwrap(), b"x");
+    setter.join().unwrap();
+}
+
+#[test]
+fn missing_keys_time_out_and_are_named() {
+    let (_s, addr) = serve();
+    let c = StoreClient::connect(&addr, T).unwrap();
+    c.set("there", b"1").unwrap();
+    let t0 = Instant::now();
+    let e = c.wait(&["there", "absent"], Duration::from_millis(200)).unwrap_err();
+    assert!(t0.elapsed() >= Duration::from_millis(200));
+    assert_eq!(e, StoreError::Timeout { keys: vec!["absent".into()], secs: 0.2 });
+    assert!(matches!(c.get("nope", Duration::from_millis(50)), Err(StoreError::Timeout { .. })));
+    // The connection is still usable after a timeout.
+    assert_eq!(c.get("there", T).unwrap(), b"1");
+}
+
+#[test]
+fn connect_fails_with_a_deadline_when_nobody_serves() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = StoreClient::connect(&format!("127.0.0.1:{port}"), Duration::from_millis(300)).err().unwrap();
+    assert!(matches!(e, StoreError::Connection { .. }), "{e}");
+}
+
+fn next_event(m: &mut Monitor) -> Event {
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(e) = m.try_event() {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "no event");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn monitors_hear_of_deaths_and_failures_but_not_goodbyes() {
+    let (s, addr) = serve();
+    let c = StoreClient::connect(&addr, T).unwrap();
+    let mut m0 = c.monitor(0).unwrap();
+    let m1 = c.monitor(1).unwrap();
+    let mut m2 = c.monitor(2).unwrap();
+    m2.goodbye();
+    drop(m2);
+    drop(m1);
+    assert_eq!(next_event(&mut m0), Event::RankDied { rank: 1 });
+    let mut m3 = c.monitor(3).unwrap();
+    // Late monitors hear of what happened before them.
+    assert_eq!(next_event(&mut m3), Event::RankDied { rank: 1 });
+    m3.report_failure(1, "gone");
+    assert_eq!(next_event(&mut m0), Event::Failure { culprit: 1, reporter: 3, reason: "gone".into() });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(m0.try_event(), None, "a goodbye is not a death");
+    m0.goodbye();
+    m3.goodbye();
+    assert_eq!(s.wait_goodbyes(4, T), 4);
+    drop(s);
+    assert_eq!(next_event(&mut m0), Event::StoreLost);
+}
+
+#[test]
+fn garbage_and_oversized_frames_close_only_that_connection() {
+    let (_s, addr) = serve();
+    let mut raw = TcpStream::connect(&addr).unwrap();
+    raw.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    let mut raw2 = TcpStream::connect(&addr).unwrap();
+    raw2.write_all(&[3, 0, 0, 0, 99, 1, 2]).unwrap();
+    for r in [&mut raw, &mut raw2] {
+        r.set_read_timeout(Some(T)).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(std::io::Read::read(r, &mut b).unwrap_or(0), 0, "closed");
+    }
+    let c = StoreClient::connect(&addr, T).unwrap();
+    c.set("k", b"v").unwrap();
+    assert_eq!(c.get("k", T).unwrap(), b"v");
+}
