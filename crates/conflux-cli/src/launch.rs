@@ -1,0 +1,274 @@
+//! Starting the ranks of one node of a job, the way torchrun does, and stopping them all
+//! when one fails.
+//!
+//! Each rank gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+//! GROUP_RANK, NODE_RANK, ROLE_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID) so that
+//! programs written for torchrun run unchanged. Ranks die with the launcher (PDEATHSIG).
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long ranks get between SIGTERM and SIGKILL once the job is being stopped.
+const GRACE: Duration = Duration::from_secs(3);
+/// torchrun's default rendezvous port, used when several nodes must agree on one.
+pub const DEFAULT_PORT: u16 = 29500;
+
+/// One node's share of a job.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub nproc_per_node: usize,
+    pub nnodes: usize,
+    pub node_rank: usize,
+    pub master_addr: String,
+    /// None: a free port when the job has one node, else [`DEFAULT_PORT`].
+    pub master_port: Option<u16>,
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub extra_env: Vec<(String, String)>,
+    /// Prefix every output line with "[rank]: ".
+    pub prefix_output: bool,
+}
+
+/// Why a job did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The arguments describe no valid job.
+    #[error("{0}")]
+    Invalid(String),
+    /// A rank's program could not be started.
+    #[error("cannot start rank {rank} ({program}): {source}")]
+    Spawn { rank: usize, program: String, source: std::io::Error },
+    /// A rank exited unsuccessfully; the others were stopped.
+    #[error("rank {rank} (local rank {local_rank}, pid {pid}) {status}; the job was stopped")]
+    RankFailed { rank: usize, local_rank: usize, pid: u32, status: String },
+}
+
+/// Runs this node's ranks to completion. Fails, naming the rank, as soon as one rank fails;
+/// the remaining ranks get SIGTERM, then SIGKILL after a grace period.
+pub fn launch(spec: &LaunchSpec) -> Result<(), LaunchError> {
+    if spec.nproc_per_node == 0 || spec.nnodes == 0 {
+        return Err(LaunchError::Invalid("--nproc-per-node and --nnodes must be at least 1".into()));
+    }
+    if spec.node_rank >= spec.nnodes {
+        return Err(LaunchError::Invalid(format!("--node-rank {} is not below --nnodes {}", spec.node_rank, spec.nnodes)));
+    }
+    let port = match spec.master_port {
+        Some(p) => p,
+        None if spec.nnodes == 1 => free_port(&spec.master_addr)?,
+        None => DEFAULT_PORT,
+    };
+    let world = spec.nproc_per_node * spec.nnodes;
+    let run_id = std::env::var("CONFLUX_RUN_ID").unwrap_or_else(|_| new_run_id());
+    let mut ranks: Vec<Rank> = Vec::with_capacity(spec.nproc_per_node);
+    for local in 0..spec.nproc_per_node {
+        let rank = spec.node_rank * spec.nproc_per_node + local;
+        match spawn(spec, rank, local, world, port, &run_id) {
+            Ok(r) => ranks.push(r),
+            Err(e) => {
+                stop(&mut ranks);
+                return Err(e);
+            }
+        }
+    }
+    let result = supervise(&mut ranks);
+    for r in &mut ranks {
+        for t in r.relays.drain(..) {
+            let _ = t.join();
+        }
+    }
+    result
+}
+
+struct Rank {
+    rank: usize,
+    local: usize,
+    child: Child,
+    status: Option<ExitStatus>,
+    relays: Vec<JoinHandle<()>>,
+}
+
+fn spawn(spec: &LaunchSpec, rank: usize, local: usize, world: usize, port: u16, run_id: &str) -> Result<Rank, LaunchError> {
+    let is_python = spec.program.extension().is_some_and(|e| e == "py");
+    let mut cmd = if is_python {
+        let mut c = Command::new(std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into()));
+        c.arg(&spec.program);
+        c
+    } else {
+        Command::new(&spec.program)
+    };
+    cmd.args(&spec.args)
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", local.to_string())
+        .env("LOCAL_WORLD_SIZE", spec.nproc_per_node.to_string())
+        .env("GROUP_RANK", spec.node_rank.to_string())
+        .env("NODE_RANK", spec.node_rank.to_string())
+        .env("ROLE_RANK", rank.to_string())
+        .env("ROLE_WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", &spec.master_addr)
+        .env("MASTER_PORT", port.to_string())
+        .env("TORCHELASTIC_RUN_ID", run_id)
+        .env("CONFLUX_RUN_ID", run_id);
+    if std::env::var_os("OMP_NUM_THREADS").is_none() {
+        // torchrun's default too: N ranks each starting one thread per core oversubscribe.
+        cmd.env("OMP_NUM_THREADS", "1");
+    }
+    for (k, v) in &spec.extra_env {
+        cmd.env(k, v);
+    }
+    if spec.prefix_output {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+        rank,
+        program: spec.program.display().to_string(),
+        source,
+    })?;
+    let mut relays = Vec::new();
+    if spec.prefix_output {
+        if let Some(out) = child.stdout.take() {
+            relays.push(relay(out, rank, false));
+        }
+        if let Some(err) = child.stderr.take() {
+            relays.push(relay(err, rank, true));
+        }
+    }
+    Ok(Rank { rank, local, child, status: None, relays })
+}
+
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec; it only makes one prctl
+    // system call (async-signal-safe, no allocation, no locks), as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+                .map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// Copies a rank's output to ours, line by line, each line prefixed with its rank.
+fn relay(stream: impl Read + Send + 'static, rank: usize, is_err: bool) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stream);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            if line.last() != Some(&b'\n') {
+                line.push(b'\n');
+            }
+            let mut buf = format!("[{rank}]: ").into_bytes();
+            buf.extend_from_slice(&line);
+            let _ = if is_err { std::io::stderr().write_all(&buf) } else { std::io::stdout().write_all(&buf) };
+        }
+    })
+}
+
+/// Waits for every rank; on the first failure, stops the rest and names the failed rank.
+fn supervise(ranks: &mut [Rank]) -> Result<(), LaunchError> {
+    loop {
+        let mut running = 0;
+        for i in 0..ranks.len() {
+            if ranks[i].status.is_some() {
+                continue;
+            }
+            match ranks[i].child.try_wait() {
+                Ok(Some(st)) => {
+                    ranks[i].status = Some(st);
+                    if !st.success() {
+                        let r = &ranks[i];
+                        let err = LaunchError::RankFailed {
+                            rank: r.rank,
+                            local_rank: r.local,
+                            pid: r.child.id(),
+                            status: describe(st),
+                        };
+                        let others = ranks.iter().filter(|r| r.status.is_none()).count();
+                        eprintln!("conflux run: {err}: stopping the {others} rank(s) still running");
+                        stop(ranks);
+                        return Err(err);
+                    }
+                }
+                Ok(None) => running += 1,
+                Err(_) => running += 1,
+            }
+        }
+        if running == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// SIGTERM to every running rank, SIGKILL to those still there after the grace period.
+fn stop(ranks: &mut [Rank]) {
+    let signal = |r: &Rank, s| {
+        if let Some(pid) = rustix::process::Pid::from_raw(r.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, s);
+        }
+    };
+    for r in ranks.iter().filter(|r| r.status.is_none()) {
+        signal(r, rustix::process::Signal::TERM);
+    }
+    let deadline = Instant::now() + GRACE;
+    loop {
+        for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
+            if let Ok(Some(st)) = r.child.try_wait() {
+                r.status = Some(st);
+            }
+        }
+        if ranks.iter().all(|r| r.status.is_some()) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
+        let _ = r.child.kill();
+        r.status = r.child.wait().ok();
+    }
+}
+
+fn describe(st: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}{}", signal_name(s)),
+        _ => "ended abnormally".into(),
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        6 => " (SIGABRT)",
+        9 => " (SIGKILL)",
+        11 => " (SIGSEGV)",
+        15 => " (SIGTERM)",
+        _ => "",
+    }
+}
+
+fn free_port(addr: &str) -> Result<u16, LaunchError> {
+    let l = TcpListener::bind((addr, 0))
+        .map_err(|e| LaunchError::Invalid(format!("cannot find a free port on --master-addr {addr}: {e}")))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| LaunchError::Invalid(e.to_string()))
+}
+
+fn new_run_id() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{:x}{:x}", std::process::id(), nanos & 0xffff_ffff)
+}
