@@ -48,6 +48,8 @@ pub(crate) struct Waiter {
     pub(crate) spin: Duration,
     pub(crate) yield_while_spinning: bool,
     last_check: Instant,
+    /// Awaited peers whose exit was seen once; seen again while still awaited, they failed.
+    exited_seen: Vec<usize>,
 }
 
 /// A socket the waiter should watch, and for what.
@@ -67,7 +69,17 @@ impl Waiter {
         spin: Duration,
         yield_while_spinning: bool,
     ) -> Waiter {
-        Waiter { seg, me_local, pidfds, monitor, abort, spin, yield_while_spinning, last_check: Instant::now() }
+        Waiter {
+            seg,
+            me_local,
+            pidfds,
+            monitor,
+            abort,
+            spin,
+            yield_while_spinning,
+            last_check: Instant::now(),
+            exited_seen: Vec::new(),
+        }
     }
 
     /// Called between fruitless progress passes while spinning.
@@ -136,34 +148,47 @@ impl Waiter {
             std::thread::sleep(wait);
         }
         self.disarm();
-        self.check(deadline, false)
+        Ok(())
     }
 
-    /// Checks abort always, and liveness when a slice has passed since the last look (or `force`).
-    pub fn check(&mut self, deadline: Instant, force: bool) -> Result<(), LinkError> {
+    /// Checks abort always, and liveness when a slice has passed since the last look (or
+    /// `force`). `awaited()` names the ranks the caller still needs something from.
+    pub fn check(&mut self, deadline: Instant, force: bool, awaited: impl FnOnce() -> Vec<usize>) -> Result<(), LinkError> {
         if self.abort.load(Ordering::Relaxed) {
             return Err(LinkError::Aborted);
         }
         let now = Instant::now();
         if force || now.duration_since(self.last_check) >= SLICE || now >= deadline {
             self.last_check = now;
-            self.check_liveness()?;
+            self.check_liveness(&awaited())?;
         }
         Ok(())
     }
 
-    /// Fails if a local peer's process has exited or the store reported a failure.
-    pub fn check_liveness(&mut self) -> Result<(), LinkError> {
+    /// Fails if an awaited local peer's process has exited, or the store reported a failure.
+    ///
+    /// A peer that exits after sending its last message is not a failure, and its last bytes
+    /// may land just before its exit is seen; so an exit counts only when the peer is still
+    /// awaited at the next look, after another progress pass.
+    pub fn check_liveness(&mut self, awaited: &[usize]) -> Result<(), LinkError> {
         if !self.pidfds.is_empty() {
             let mut fds: Vec<PollFd<'_>> =
                 self.pidfds.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)).collect();
             let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
             if poll(&mut fds, Some(&zero)).unwrap_or(0) > 0 {
-                if let Some(i) = fds.iter().position(|f| !f.revents().is_empty()) {
-                    return Err(LinkError::PeerGone {
-                        peer: self.pidfds[i].0,
-                        detail: "its process exited".into(),
-                    });
+                let exited: Vec<usize> =
+                    fds.iter().zip(&self.pidfds).filter(|(f, _)| !f.revents().is_empty()).map(|(_, p)| p.0).collect();
+                drop(fds);
+                for peer in exited {
+                    if !awaited.contains(&peer) {
+                        continue;
+                    }
+                    if self.exited_seen.contains(&peer) {
+                        return Err(LinkError::PeerGone { peer, detail: "its process exited".into() });
+                    }
+                    self.exited_seen.push(peer);
+                    // Look again soon rather than a whole slice later.
+                    self.last_check = Instant::now() - SLICE + Duration::from_millis(1);
                 }
             }
         }
@@ -236,20 +261,21 @@ impl Idle {
         if now >= deadline {
             w.disarm();
             self.armed = None;
-            w.check(deadline, true)?;
             let (_, _, peers) = what();
+            w.check(deadline, true, || peers.clone())?;
             return Err(LinkError::Timeout { peers, secs: now.duration_since(since).as_secs_f64() });
         }
         if now.duration_since(since) < w.spin {
-            w.check(deadline, false)?;
+            w.check(deadline, false, || what().2)?;
             w.pause();
             return Ok(());
         }
         match self.armed.take() {
             None => self.armed = Some(w.arm()),
             Some(bell) => {
-                let (shm_pending, sockets, _) = what();
+                let (shm_pending, sockets, peers) = what();
                 w.sleep(bell, shm_pending, &sockets, deadline)?;
+                w.check(deadline, false, || peers)?;
             }
         }
         Ok(())
