@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use conflux::config::parse_size;
-use conflux::{Communicator, Config, DataType, Element, ReduceOp, TransportKind};
+use conflux::{Communicator, Config, DataType, ReduceOp, TransportKind};
 
 use crate::launch::{launch, LaunchSpec};
 use crate::verify::{self, Num};
@@ -241,7 +241,7 @@ fn measure<T: Num>(comm: &Communicator, op: &'static str, bytes: usize, redop: R
         _ => (fill(count, 0), vec![T::zeroed(); count]),
     };
     let (right, left) = ((r + 1) % n, (r + n - 1) % n);
-    let mut once = |recv: &mut Vec<T>| -> conflux::Result<()> {
+    let once = |recv: &mut Vec<T>| -> conflux::Result<()> {
         match op {
             "all_reduce" => comm.all_reduce_into(&send, recv, redop),
             "all_gather" => comm.all_gather(&send, recv),

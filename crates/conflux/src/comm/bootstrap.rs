@@ -62,7 +62,6 @@ pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
 
 pub(crate) struct Built {
     pub transport: Transport,
-    pub peers: Vec<Peer>,
     pub local_ranks: Vec<usize>,
 }
 
@@ -141,8 +140,7 @@ pub(crate) fn build(
     let keys: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
     store.wait(&keys, left(deadline))?;
     Ok(Built {
-        transport: Transport { rank, size, links, waiter, broken: None, direct_gen: 0, seq: 0 },
-        peers,
+        transport: Transport { rank, size, links, waiter, broken: None, direct_gen: 0, seq: 0, posted: Default::default() },
         local_ranks,
     })
 }

@@ -16,6 +16,10 @@ use crate::transport::Transport;
 
 type Job = Box<dyn FnOnce(&mut Transport) + Send>;
 
+/// How long the engine drives posted transfers before looking at its queue again: the most a
+/// newly issued operation waits for the transport while background transfers are pending.
+const POSTED_SLICE: Duration = Duration::from_millis(1);
+
 struct Queue {
     /// Tickets handed out so far.
     issued: u64,
@@ -65,11 +69,27 @@ impl Engine {
                 q = lock(&self.queue);
                 q.finished += 1;
                 self.turn.notify_all();
-            } else if q.stopping && q.jobs.is_empty() {
-                return;
-            } else {
-                q = self.turn.wait(q).unwrap_or_else(|p| p.into_inner());
+                continue;
             }
+            // Posted sends and receives move while nothing else runs. Only jobs on this thread
+            // post them, so none can appear while it looks.
+            drop(q);
+            let busy = {
+                let mut t = lock(&self.transport);
+                let busy = t.has_posted();
+                if busy {
+                    t.drive_posted(POSTED_SLICE);
+                }
+                busy
+            };
+            q = lock(&self.queue);
+            if busy || q.jobs.front().is_some_and(|(t, _)| *t == q.finished) {
+                continue;
+            }
+            if q.stopping && q.jobs.is_empty() {
+                return;
+            }
+            q = self.turn.wait(q).unwrap_or_else(|p| p.into_inner());
         }
     }
 

@@ -7,7 +7,7 @@ mod ops;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use engine::Work;
 
@@ -16,9 +16,9 @@ use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::store::{StoreClient, StoreServer};
 use crate::transport::wait::Waiter;
-use crate::transport::{Segment, Transport};
+use crate::transport::{LinkError, Posted, PostedBuf, Segment, Transport};
 use bootstrap::resolve;
-use engine::Engine;
+use engine::{Completer, Engine};
 use ops::{Coll, Plan};
 
 /// Explicit construction: rank, size, store address and options.
@@ -31,7 +31,7 @@ pub struct CommBuilder {
 }
 
 impl CommBuilder {
-    /// Starts from `Config::from_env()` defaults? No: from plain defaults; call `config` to pass one.
+    /// A builder with default settings (not the environment's); `config` passes others.
     pub fn new(rank: usize, size: usize) -> CommBuilder {
         CommBuilder { rank, size, store: None, config: Config::default() }
     }
@@ -115,7 +115,7 @@ impl Communicator {
         let abort = Arc::new(AtomicBool::new(false));
         let (transport, server, client, local_rank, local_size, direct_ok) = if size == 1 {
             let waiter = Waiter::new(None, 0, Vec::new(), None, abort.clone(), Duration::ZERO, false);
-            let t = Transport { rank, size, links: vec![None], waiter, broken: None, direct_gen: 0, seq: 0 };
+            let t = Transport { rank, size, links: vec![None], waiter, broken: None, direct_gen: 0, seq: 0, posted: Default::default() };
             (t, None, None, 0, 1, false)
         } else {
             let addr_s = store.ok_or_else(|| Error::Config("a store address is needed when size > 1".into()))?;
@@ -447,20 +447,29 @@ impl Communicator {
         self.blocking(Coll::Recv { buf: bytes_mut(buf), peer, tag }, T::DTYPE)
     }
 
+    /// Sends `buf` to `peer` in the background; the handle gives the buffer back once sent.
+    /// Unlike collectives, posted sends and receives progress alongside later operations.
     pub fn send_async<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        let check = self.check_peer(peer);
-        self.spawn(format!("send({} x {} to rank {peer})", T::DTYPE, buf.len()), move |t, plan| {
-            check?;
-            ops::run(t, plan, Coll::Send { data: bytes(&buf), peer, tag }, T::DTYPE).map(|_| buf)
-        })
+        let what = format!("send({} x {} to rank {peer}, tag {tag})", T::DTYPE, buf.len());
+        self.post(what, buf, peer, tag, true)
     }
 
-    pub fn recv_async<T: Element>(&self, mut buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        let check = self.check_peer(peer);
-        self.spawn(format!("recv({} x {} from rank {peer})", T::DTYPE, buf.len()), move |t, plan| {
-            check?;
-            ops::run(t, plan, Coll::Recv { buf: bytes_mut(&mut buf), peer, tag }, T::DTYPE).map(|_| buf)
-        })
+    /// Receives the next message with `tag` from `peer` into `buf` in the background.
+    pub fn recv_async<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
+        let what = format!("recv({} x {} from rank {peer}, tag {tag})", T::DTYPE, buf.len());
+        self.post(what, buf, peer, tag, false)
+    }
+
+    fn post<T: Element>(&self, what: String, buf: Vec<T>, peer: usize, tag: u32, send: bool) -> Work<Vec<T>> {
+        let (work, done) = Work::new(what.clone());
+        if let Err(e) = self.usable().and_then(|_| self.check_peer(peer)) {
+            done.complete(Err(e));
+            return work;
+        }
+        let deadline = Instant::now() + self.plan.timeout;
+        let posted = Box::new(PostedVec { buf, done, what });
+        self.engine.submit(Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
+        work
     }
 
     /// Returns once every rank has entered the barrier.
@@ -520,5 +529,25 @@ impl Communicator {
 impl Drop for Communicator {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+/// The buffer of a posted send or receive, and the handle it completes.
+struct PostedVec<T: Element> {
+    buf: Vec<T>,
+    done: Completer<Vec<T>>,
+    what: String,
+}
+
+impl<T: Element> PostedBuf for PostedVec<T> {
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.buf)
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.buf)
+    }
+    fn finish(self: Box<Self>, r: std::result::Result<(), LinkError>) {
+        let PostedVec { buf, done, what } = *self;
+        done.complete(r.map(|_| buf).map_err(|source| Error::Link { op: what, source }));
     }
 }

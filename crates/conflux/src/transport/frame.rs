@@ -89,8 +89,8 @@ pub(crate) trait ByteSource {
 pub(crate) enum RxProgress {
     #[default]
     BetweenMessages,
-    /// Payload `done` of `len` bytes of a message for the current receive.
-    Matched { done: usize, len: usize },
+    /// Payload `done` of `len` bytes of the message tagged `tag`, for the receive of that tag.
+    Matched { tag: u64, done: usize, len: usize },
     /// A message with another tag, being read into the stash.
     Stashing { tag: u64, data: Vec<u8>, len: usize },
 }
@@ -134,7 +134,7 @@ impl RxState {
                     progressed = true;
                     if got_tag == tag {
                         check_len(peer, tag, len, sink.len())?;
-                        self.progress = RxProgress::Matched { done: 0, len: len as usize };
+                        self.progress = RxProgress::Matched { tag, done: 0, len: len as usize };
                     } else if got_tag & COLL_BIT != 0 && tag & COLL_BIT != 0 {
                         return Err(LinkError::Mismatch {
                             peer,
@@ -159,7 +159,11 @@ impl RxState {
                         self.progress = RxProgress::Stashing { tag: got_tag, data, len: len as usize };
                     }
                 }
-                RxProgress::Matched { done, len } => {
+                RxProgress::Matched { tag: t, done, len } => {
+                    if *t != tag {
+                        // Another receive from this peer is mid-message; it goes first.
+                        return Ok((progressed, false));
+                    }
                     if *done == *len {
                         src.consume(S::pad(*len));
                         self.progress = RxProgress::BetweenMessages;

@@ -5,17 +5,20 @@
 //! through shared memory or TCP is decided at setup and invisible above this module.
 
 mod frame;
+mod posted;
 mod ring;
 pub(crate) mod shm;
 mod tcp;
 pub(crate) mod wait;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use frame::Sink;
 pub(crate) use frame::COLL_BIT;
 use frame::RxState;
+pub(crate) use posted::{Posted, PostedBuf};
+use posted::PostedQueue;
 use ring::{SendProgress, ShmRx, ShmTx};
 pub(crate) use shm::{Layout, Segment};
 pub(crate) use tcp::{tune_socket, TcpLink};
@@ -95,9 +98,6 @@ impl Link {
     pub fn tcp(link: TcpLink) -> Link {
         Link { wire: Wire::Tcp(link), rx: RxState::default() }
     }
-    pub fn is_shm(&self) -> bool {
-        matches!(self.wire, Wire::Shm { .. })
-    }
 }
 
 /// Most payload bytes one progress call moves on one transfer, so that sends and receives of
@@ -116,6 +116,8 @@ pub struct Transport {
     pub(crate) direct_gen: u64,
     /// Collectives run so far; numbers the tags of their messages.
     pub(crate) seq: u64,
+    /// Asynchronous sends and receives progressing in the background.
+    pub(crate) posted: PostedQueue,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -134,10 +136,71 @@ impl Transport {
         }
         let r = self.run(xfers, deadline);
         if let Err(e) = &r {
-            self.waiter.report(e);
-            self.broken = Some(e.clone());
+            self.fail(e);
         }
         r
+    }
+
+    /// Makes `e` this transport's sticky state, tells the other ranks, fails posted transfers.
+    fn fail(&mut self, e: &LinkError) {
+        self.waiter.report(e);
+        self.broken = Some(e.clone());
+        self.posted.fail_all(e);
+    }
+
+    /// Posts a background transfer (see `posted.rs`); a broken transport fails it at once.
+    pub(crate) fn post(&mut self, p: Posted) {
+        if let Some(e) = &self.broken {
+            p.buf.finish(Err(e.clone()));
+        } else if p.peer == self.rank || p.peer >= self.size || self.links[p.peer].is_none() {
+            p.buf.finish(Err(LinkError::Io { peer: p.peer, detail: "no link to this rank".into() }));
+        } else {
+            self.posted.push(p);
+        }
+    }
+
+    pub(crate) fn has_posted(&self) -> bool {
+        !self.posted.is_empty()
+    }
+
+    /// Drives posted transfers for up to `slice` (the engine's idle work); returns early when
+    /// none is left.
+    pub(crate) fn drive_posted(&mut self, slice: Duration) {
+        let end = Instant::now() + slice;
+        let mut idle = Idle::default();
+        loop {
+            let r = self.progress_posted();
+            let progressed = match r {
+                Ok(p) => p,
+                Err(e) => return self.fail(&e),
+            };
+            if self.posted.is_empty() {
+                idle.progressed(&self.waiter);
+                return;
+            }
+            if progressed {
+                idle.progressed(&self.waiter);
+                continue;
+            }
+            if Instant::now() >= end {
+                idle.progressed(&self.waiter);
+                return;
+            }
+            let (links, posted) = (&self.links, &self.posted);
+            match idle.wait(&mut self.waiter, end, || interests(links, posted.interests())) {
+                Ok(()) => {}
+                Err(LinkError::Timeout { .. }) => return,
+                Err(e) => return self.fail(&e),
+            }
+        }
+    }
+
+    fn progress_posted(&mut self) -> Result<bool, LinkError> {
+        if self.posted.is_empty() {
+            return Ok(false);
+        }
+        let links = &mut self.links;
+        self.posted.progress(|peer, x, sp| step(links[peer].as_mut().expect("checked when posted"), peer, x, sp))
     }
 
     fn run(&mut self, xfers: &mut [Xfer<'_>], deadline: Instant) -> Result<(), LinkError> {
@@ -150,7 +213,7 @@ impl Transport {
         let mut st = vec![XState::default(); xfers.len()];
         let mut idle = Idle::default();
         loop {
-            let mut progressed = false;
+            let mut progressed = self.progress_posted()?;
             let mut pending = 0;
             for i in 0..xfers.len() {
                 if st[i].done {
@@ -158,7 +221,8 @@ impl Transport {
                 }
                 pending += 1;
                 let (p, send) = (xfers[i].peer(), xfers[i].is_send());
-                let blocked = (0..i).any(|j| !st[j].done && xfers[j].peer() == p && xfers[j].is_send() == send);
+                let blocked = (0..i).any(|j| !st[j].done && xfers[j].peer() == p && xfers[j].is_send() == send)
+                    || (send && self.posted.holds_send_to(p));
                 if blocked {
                     continue;
                 }
@@ -178,25 +242,10 @@ impl Transport {
                 idle.progressed(&self.waiter);
                 continue;
             }
-            let links = &self.links;
-            let open = || (0..xfers.len()).filter(|&i| !st[i].done);
-            idle.wait(&mut self.waiter, deadline, || {
-                let mut shm_pending = false;
-                let mut sockets = Vec::new();
-                for i in open() {
-                    match &links[xfers[i].peer()].as_ref().expect("checked").wire {
-                        Wire::Shm { .. } => shm_pending = true,
-                        Wire::Tcp(t) => sockets.push(SocketInterest {
-                            fd: t.fd(),
-                            read: !xfers[i].is_send(),
-                            write: xfers[i].is_send(),
-                        }),
-                    }
-                }
-                let mut peers: Vec<usize> = open().map(|i| xfers[i].peer()).collect();
-                peers.dedup();
-                (shm_pending, sockets, peers)
-            })?;
+            let (links, posted) = (&self.links, &self.posted);
+            let open = (0..xfers.len()).filter(|&i| !st[i].done).map(|i| (xfers[i].peer(), xfers[i].is_send()));
+            let open: Vec<(usize, bool)> = open.collect();
+            idle.wait(&mut self.waiter, deadline, || interests(links, open.into_iter().chain(posted.interests())))?;
         }
     }
 
@@ -222,11 +271,31 @@ impl Transport {
             }
         };
         if let Err(e) = &r {
-            self.waiter.report(e);
-            self.broken = Some(e.clone());
+            self.fail(e);
         }
         r
     }
+}
+
+/// What a waiter watches for these (peer, is_send) transfers: whether any goes over shared
+/// memory, the sockets of those over TCP, and the peers awaited.
+fn interests<'a>(
+    links: &'a [Option<Link>],
+    open: impl Iterator<Item = (usize, bool)>,
+) -> (bool, Vec<SocketInterest<'a>>, Vec<usize>) {
+    let mut shm_pending = false;
+    let mut sockets = Vec::new();
+    let mut peers = Vec::new();
+    for (peer, send) in open {
+        match &links[peer].as_ref().expect("checked before waiting").wire {
+            Wire::Shm { .. } => shm_pending = true,
+            Wire::Tcp(t) => sockets.push(SocketInterest { fd: t.fd(), read: !send, write: send }),
+        }
+        if !peers.contains(&peer) {
+            peers.push(peer);
+        }
+    }
+    (shm_pending, sockets, peers)
 }
 
 fn step(link: &mut Link, peer: usize, x: &mut Xfer<'_>, send: &mut SendProgress) -> Result<(bool, bool), LinkError> {

@@ -1,0 +1,117 @@
+//! Point-to-point transfers that progress in the background (isend / irecv).
+//!
+//! A collective runs as one blocking step after another, but a pipeline stage posts a send to
+//! its successor and a receive from its predecessor and expects both to move at once: if sends
+//! ran to completion in issue order, two ranks sending each other more than a ring holds would
+//! wait on each other forever. So an asynchronous send or receive is *posted*: the transport
+//! keeps it and advances it on every progress pass, whatever else runs, and the progress
+//! engine drives it while it has nothing else to do.
+//!
+//! Ordering: posted transfers to (or from) one peer complete in the order posted, and a later
+//! step's send to that peer waits until the posted sends before it are written, so messages
+//! between two ranks keep their issue order in both directions.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::frame::Sink;
+use super::ring::SendProgress;
+use super::{LinkError, Xfer};
+
+/// The buffer a posted transfer owns until it is over, and what to do then.
+pub(crate) trait PostedBuf: Send {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Called exactly once, when the transfer has finished or failed.
+    fn finish(self: Box<Self>, r: Result<(), LinkError>);
+}
+
+pub(crate) struct Posted {
+    pub peer: usize,
+    pub tag: u64,
+    pub send: bool,
+    pub deadline: Instant,
+    posted_at: Instant,
+    pub buf: Box<dyn PostedBuf>,
+    progress: SendProgress,
+    done: bool,
+}
+
+impl Posted {
+    pub fn new(peer: usize, tag: u64, send: bool, deadline: Instant, buf: Box<dyn PostedBuf>) -> Posted {
+        Posted { peer, tag, send, deadline, posted_at: Instant::now(), buf, progress: SendProgress::default(), done: false }
+    }
+}
+
+/// The posted transfers of one transport, in the order posted.
+#[derive(Default)]
+pub(crate) struct PostedQueue {
+    items: VecDeque<Posted>,
+}
+
+impl PostedQueue {
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn push(&mut self, p: Posted) {
+        self.items.push_back(p);
+    }
+
+    /// True while a posted send to `peer` is unwritten: a later send to it must wait.
+    pub fn holds_send_to(&self, peer: usize) -> bool {
+        self.items.iter().any(|p| p.send && p.peer == peer)
+    }
+
+    /// (peer, is_send) of every posted transfer, for the waiter.
+    pub fn interests(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        self.items.iter().map(|p| (p.peer, p.send))
+    }
+
+    /// One pass over every posted transfer; `step` moves one transfer on its link and tells
+    /// (progressed, finished). Finished transfers are completed and removed.
+    pub fn progress(
+        &mut self,
+        mut step: impl FnMut(usize, &mut Xfer<'_>, &mut SendProgress) -> Result<(bool, bool), LinkError>,
+    ) -> Result<bool, LinkError> {
+        let now = Instant::now();
+        let mut progressed = false;
+        for i in 0..self.items.len() {
+            let (peer, send) = (self.items[i].peer, self.items[i].send);
+            if (0..i).any(|j| self.items[j].peer == peer && self.items[j].send == send) {
+                continue;
+            }
+            let p = &mut self.items[i];
+            if now >= p.deadline {
+                return Err(LinkError::Timeout { peers: vec![peer], secs: (now - p.posted_at).as_secs_f64() });
+            }
+            let tag = p.tag;
+            let (prog, done) = if send {
+                let mut x = Xfer::Send { peer, tag, data: p.buf.bytes() };
+                step(peer, &mut x, &mut p.progress)?
+            } else {
+                let mut x = Xfer::Recv { peer, tag, sink: Sink::Copy(p.buf.bytes_mut()) };
+                step(peer, &mut x, &mut p.progress)?
+            };
+            progressed |= prog;
+            p.done = done;
+        }
+        let mut i = 0;
+        while i < self.items.len() {
+            if self.items[i].done {
+                let p = self.items.remove(i).expect("index in range");
+                p.buf.finish(Ok(()));
+            } else {
+                i += 1;
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Fails every posted transfer with `e`.
+    pub fn fail_all(&mut self, e: &LinkError) {
+        for p in self.items.drain(..) {
+            p.buf.finish(Err(e.clone()));
+        }
+    }
+}
