@@ -134,18 +134,17 @@ impl Transport {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        let r = self.run(xfers, deadline);
-        if let Err(e) = &r {
-            self.fail(e);
-        }
-        r
+        self.run(xfers, deadline).map_err(|e| self.fail(e))
     }
 
-    /// Makes `e` this transport's sticky state, tells the other ranks, fails posted transfers.
-    fn fail(&mut self, e: &LinkError) {
-        self.waiter.report(e);
+    /// Makes `e` (traced to its root cause, see `Waiter::explain`) this transport's sticky
+    /// state, tells the other ranks, fails posted transfers, and returns it.
+    fn fail(&mut self, e: LinkError) -> LinkError {
+        let e = self.waiter.explain(e);
+        self.waiter.report(&e);
         self.broken = Some(e.clone());
-        self.posted.fail_all(e);
+        self.posted.fail_all(&e);
+        e
     }
 
     /// Posts a background transfer (see `posted.rs`); a broken transport fails it at once.
@@ -172,7 +171,10 @@ impl Transport {
             let r = self.progress_posted();
             let progressed = match r {
                 Ok(p) => p,
-                Err(e) => return self.fail(&e),
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
             };
             if self.posted.is_empty() {
                 idle.progressed(&self.waiter);
@@ -190,7 +192,10 @@ impl Transport {
             match idle.wait(&mut self.waiter, end, || interests(links, posted.interests())) {
                 Ok(()) => {}
                 Err(LinkError::Timeout { .. }) => return,
-                Err(e) => return self.fail(&e),
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
             }
         }
     }
@@ -270,10 +275,7 @@ impl Transport {
                 break Err(e);
             }
         };
-        if let Err(e) = &r {
-            self.fail(e);
-        }
-        r
+        r.map_err(|e| self.fail(e))
     }
 }
 

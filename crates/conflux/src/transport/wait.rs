@@ -26,6 +26,8 @@ use crate::store::{Event, Monitor};
 const SLICE: Duration = Duration::from_millis(20);
 /// Longest a sleeper waits on sockets when shared-memory work is also pending.
 const MIXED_SLICE: Duration = Duration::from_micros(200);
+/// How long a rank that lost a peer listens for the store to name the root cause.
+const EXPLAIN_WAIT: Duration = Duration::from_millis(300);
 
 /// Wakes local rank `i` if it sleeps (the waker's half of the doorbell protocol).
 pub(crate) fn ring_doorbell(seg: &Segment, i: usize) {
@@ -209,6 +211,37 @@ impl Waiter {
             }
         }
         Ok(())
+    }
+
+    /// Traces a lost peer to the failure behind it. When rank A dies, its neighbour B fails,
+    /// reports A to the store and exits; B's other neighbours then see B's link close first.
+    /// So before blaming a vanished peer, listen briefly for the store naming someone else.
+    pub fn explain(&mut self, e: LinkError) -> LinkError {
+        let LinkError::PeerGone { peer, .. } = &e else { return e };
+        let peer = *peer;
+        let Some(m) = &mut self.monitor else { return e };
+        let end = Instant::now() + EXPLAIN_WAIT;
+        loop {
+            while let Some(ev) = m.try_event() {
+                match ev {
+                    Event::RankDied { rank } if rank != peer => {
+                        return LinkError::PeerGone { peer: rank, detail: format!("it died (and rank {peer} left after it)") };
+                    }
+                    Event::Failure { culprit, reporter, reason } if culprit != peer => {
+                        return LinkError::Remote { culprit, reporter, reason };
+                    }
+                    Event::Failure { .. } => {}
+                    Event::RankDied { .. } | Event::StoreLost => return e,
+                }
+            }
+            let now = Instant::now();
+            if now >= end {
+                return e;
+            }
+            let mut fds = [PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN)];
+            let ts = rustix::time::Timespec::try_from(end - now).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
+            let _ = poll(&mut fds, Some(&ts));
+        }
     }
 
     /// Tells every other rank, through the store, that this rank fails because of `culprit`.
