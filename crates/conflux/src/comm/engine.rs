@@ -29,11 +29,18 @@ struct Queue {
     jobs: VecDeque<(u64, Job)>,
     /// Set when the communicator shuts down: the thread leaves once the queue is empty.
     stopping: bool,
+    /// Threads blocked on `turn` (inline callers awaiting their ticket, drain). Counting them
+    /// lets a finishing operation skip the wake-up system call when nobody waits, which is
+    /// most of the cost of a small blocking collective.
+    turn_waiters: usize,
 }
 
 pub(crate) struct Engine {
     queue: Mutex<Queue>,
+    /// Signalled when an operation finishes, for threads awaiting their turn.
     turn: Condvar,
+    /// Signalled for the engine thread: a job was queued, one may now be next, or stop.
+    work: Condvar,
     transport: Mutex<Transport>,
 }
 
@@ -46,8 +53,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Engine {
     pub fn start(transport: Transport, rank: usize) -> Result<(Arc<Engine>, JoinHandle<()>)> {
         let engine = Arc::new(Engine {
-            queue: Mutex::new(Queue { issued: 0, finished: 0, jobs: VecDeque::new(), stopping: false }),
+            queue: Mutex::new(Queue { issued: 0, finished: 0, jobs: VecDeque::new(), stopping: false, turn_waiters: 0 }),
             turn: Condvar::new(),
+            work: Condvar::new(),
             transport: Mutex::new(transport),
         });
         let e = engine.clone();
@@ -67,8 +75,7 @@ impl Engine {
                 drop(q);
                 job(&mut lock(&self.transport));
                 q = lock(&self.queue);
-                q.finished += 1;
-                self.turn.notify_all();
+                self.finished(&mut q);
                 continue;
             }
             // Posted sends and receives move while nothing else runs. Only jobs on this thread
@@ -89,7 +96,18 @@ impl Engine {
             if q.stopping && q.jobs.is_empty() {
                 return;
             }
-            q = self.turn.wait(q).unwrap_or_else(|p| p.into_inner());
+            q = self.work.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Counts one finished operation and wakes whoever may be next.
+    fn finished(&self, q: &mut Queue) {
+        q.finished += 1;
+        if q.turn_waiters > 0 {
+            self.turn.notify_all();
+        }
+        if !q.jobs.is_empty() {
+            self.work.notify_one();
         }
     }
 
@@ -99,7 +117,7 @@ impl Engine {
         let t = q.issued;
         q.issued += 1;
         q.jobs.push_back((t, job));
-        self.turn.notify_all();
+        self.work.notify_one();
     }
 
     /// Runs `f` on this thread after everything issued before it.
@@ -108,13 +126,13 @@ impl Engine {
         let t = q.issued;
         q.issued += 1;
         while q.finished != t {
+            q.turn_waiters += 1;
             q = self.turn.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.turn_waiters -= 1;
         }
         drop(q);
         let r = f(&mut lock(&self.transport));
-        let mut q = lock(&self.queue);
-        q.finished += 1;
-        self.turn.notify_all();
+        self.finished(&mut lock(&self.queue));
         r
     }
 
@@ -127,7 +145,9 @@ impl Engine {
             if left.is_zero() {
                 return false;
             }
+            q.turn_waiters += 1;
             q = self.turn.wait_timeout(q, left).unwrap_or_else(|p| p.into_inner()).0;
+            q.turn_waiters -= 1;
         }
         true
     }
@@ -135,7 +155,7 @@ impl Engine {
     /// Lets the thread leave once its queue is empty.
     pub fn stop(&self) {
         lock(&self.queue).stopping = true;
-        self.turn.notify_all();
+        self.work.notify_all();
     }
 
     /// The transport, for setup and teardown work outside any operation.
