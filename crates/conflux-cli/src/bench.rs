@@ -33,7 +33,7 @@ pub struct BenchArgs {
     #[arg(short = 'd', long, default_value = "float")]
     pub dtype: String,
     /// Reduction: sum, prod, min, max, avg.
-    #[arg(short = 'o', long, default_value = "sum")]
+    #[arg(short = 'o', long, visible_alias = "op", default_value = "sum")]
     pub redop: String,
     #[arg(short = 'r', long, default_value_t = 0)]
     pub root: usize,

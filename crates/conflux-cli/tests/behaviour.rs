@@ -110,3 +110,49 @@ fn launcher_names_the_dead_rank() {
     assert!(t.contains("rank 1"), "the launcher should name rank 1:\n{t}");
     assert!(took < Duration::from_secs(10), "took {took:?}:\n{t}");
 }
+
+/// `conflux bench` stops within 5 s of one of its ranks being SIGKILLed, and names it.
+#[test]
+fn bench_names_the_killed_rank() {
+    let child = std::process::Command::new(CONFLUX)
+        .args(["bench", "all_reduce", "-n", "3", "-b", "16M", "-e", "16M", "--iters", "100000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let victim = find_rank_process(child.id(), 1, Duration::from_secs(30));
+    // Let the ranks get into the timed loop before the kill.
+    std::thread::sleep(Duration::from_millis(500));
+    rustix::process::kill_process(rustix::process::Pid::from_raw(victim as i32).unwrap(), rustix::process::Signal::KILL)
+        .unwrap();
+    let killed_at = std::time::Instant::now();
+    let (out, _) = wait_output(child, Duration::from_secs(60));
+    let took = killed_at.elapsed();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("rank 1"), "bench should name rank 1:\n{t}");
+    assert!(took < Duration::from_secs(5), "took {took:?}:\n{t}");
+}
+
+/// The pid of the child of `parent` whose environment has RANK=`rank`.
+fn find_rank_process(parent: u32, rank: usize, limit: Duration) -> u32 {
+    let want = format!("RANK={rank}");
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        for e in std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()) {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Field 4 of stat, after the parenthesised command name, is the parent pid.
+            let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+            if ppid != Some(parent) {
+                continue;
+            }
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if env.split(|&b| b == 0).any(|kv| kv == want.as_bytes()) {
+                return pid;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no rank {rank} process under {parent}");
+}
