@@ -42,20 +42,34 @@ pub enum LaunchError {
     Invalid(String),
     /// A rank's program could not be started.
     #[error("cannot start rank {rank} ({program}): {source}")]
-    Spawn { rank: usize, program: String, source: std::io::Error },
+    Spawn {
+        rank: usize,
+        program: String,
+        source: std::io::Error,
+    },
     /// A rank exited unsuccessfully; the others were stopped.
     #[error("rank {rank} (local rank {local_rank}, pid {pid}) {status}; the job was stopped")]
-    RankFailed { rank: usize, local_rank: usize, pid: u32, status: String },
+    RankFailed {
+        rank: usize,
+        local_rank: usize,
+        pid: u32,
+        status: String,
+    },
 }
 
 /// Runs this node's ranks to completion. Fails, naming the rank, as soon as one rank fails;
 /// the remaining ranks get SIGTERM, then SIGKILL after a grace period.
 pub fn launch(spec: &LaunchSpec) -> Result<(), LaunchError> {
     if spec.nproc_per_node == 0 || spec.nnodes == 0 {
-        return Err(LaunchError::Invalid("--nproc-per-node and --nnodes must be at least 1".into()));
+        return Err(LaunchError::Invalid(
+            "--nproc-per-node and --nnodes must be at least 1".into(),
+        ));
     }
     if spec.node_rank >= spec.nnodes {
-        return Err(LaunchError::Invalid(format!("--node-rank {} is not below --nnodes {}", spec.node_rank, spec.nnodes)));
+        return Err(LaunchError::Invalid(format!(
+            "--node-rank {} is not below --nnodes {}",
+            spec.node_rank, spec.nnodes
+        )));
     }
     let port = match spec.master_port {
         Some(p) => p,
@@ -92,7 +106,14 @@ struct Rank {
     relays: Vec<JoinHandle<()>>,
 }
 
-fn spawn(spec: &LaunchSpec, rank: usize, local: usize, world: usize, port: u16, run_id: &str) -> Result<Rank, LaunchError> {
+fn spawn(
+    spec: &LaunchSpec,
+    rank: usize,
+    local: usize,
+    world: usize,
+    port: u16,
+    run_id: &str,
+) -> Result<Rank, LaunchError> {
     let is_python = spec.program.extension().is_some_and(|e| e == "py");
     let mut cmd = if is_python {
         let mut c = Command::new(std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into()));
@@ -139,7 +160,13 @@ fn spawn(spec: &LaunchSpec, rank: usize, local: usize, world: usize, port: u16, 
             relays.push(relay(err, rank, true));
         }
     }
-    Ok(Rank { rank, local, child, status: None, relays })
+    Ok(Rank {
+        rank,
+        local,
+        child,
+        status: None,
+        relays,
+    })
 }
 
 #[allow(unsafe_code)]
@@ -171,7 +198,11 @@ fn relay(stream: impl Read + Send + 'static, rank: usize, is_err: bool) -> JoinH
             }
             let mut buf = format!("[{rank}]: ").into_bytes();
             buf.extend_from_slice(&line);
-            let _ = if is_err { std::io::stderr().write_all(&buf) } else { std::io::stdout().write_all(&buf) };
+            let _ = if is_err {
+                std::io::stderr().write_all(&buf)
+            } else {
+                std::io::stdout().write_all(&buf)
+            };
         }
     })
 }
@@ -196,7 +227,9 @@ fn supervise(ranks: &mut [Rank]) -> Result<(), LaunchError> {
                             status: describe(st),
                         };
                         let others = ranks.iter().filter(|r| r.status.is_none()).count();
-                        eprintln!("conflux run: {err}: stopping the {others} rank(s) still running");
+                        eprintln!(
+                            "conflux run: {err}: stopping the {others} rank(s) still running"
+                        );
                         stop(ranks);
                         return Err(err);
                     }
@@ -263,12 +296,19 @@ fn signal_name(s: i32) -> &'static str {
 }
 
 fn free_port(addr: &str) -> Result<u16, LaunchError> {
-    let l = TcpListener::bind((addr, 0))
-        .map_err(|e| LaunchError::Invalid(format!("cannot find a free port on --master-addr {addr}: {e}")))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| LaunchError::Invalid(e.to_string()))
+    let l = TcpListener::bind((addr, 0)).map_err(|e| {
+        LaunchError::Invalid(format!(
+            "cannot find a free port on --master-addr {addr}: {e}"
+        ))
+    })?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| LaunchError::Invalid(e.to_string()))
 }
 
 fn new_run_id() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     format!("{:x}{:x}", std::process::id(), nanos & 0xffff_ffff)
 }

@@ -46,14 +46,38 @@ impl Num for bf16 {
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
-            conflux::DataType::F32 => { type $T = f32; $body }
-            conflux::DataType::F64 => { type $T = f64; $body }
-            conflux::DataType::F16 => { type $T = half::f16; $body }
-            conflux::DataType::BF16 => { type $T = half::bf16; $body }
-            conflux::DataType::I8 => { type $T = i8; $body }
-            conflux::DataType::U8 => { type $T = u8; $body }
-            conflux::DataType::I32 => { type $T = i32; $body }
-            conflux::DataType::I64 => { type $T = i64; $body }
+            conflux::DataType::F32 => {
+                type $T = f32;
+                $body
+            }
+            conflux::DataType::F64 => {
+                type $T = f64;
+                $body
+            }
+            conflux::DataType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            conflux::DataType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            conflux::DataType::I8 => {
+                type $T = i8;
+                $body
+            }
+            conflux::DataType::U8 => {
+                type $T = u8;
+                $body
+            }
+            conflux::DataType::I32 => {
+                type $T = i32;
+                $body
+            }
+            conflux::DataType::I64 => {
+                type $T = i64;
+                $body
+            }
         }
     };
 }
@@ -133,7 +157,10 @@ pub fn matches(dtype: DataType, got: f64, want: f64) -> bool {
 
 /// Counts the elements of `got` that differ from `want(i)` (i = index within `got`).
 pub fn count_wrong<T: Num>(got: &[T], want: impl Fn(usize) -> f64) -> usize {
-    got.iter().enumerate().filter(|(i, g)| !matches(T::DTYPE, g.to_f64(), want(*i))).count()
+    got.iter()
+        .enumerate()
+        .filter(|(i, g)| !matches(T::DTYPE, g.to_f64(), want(*i)))
+        .count()
 }
 
 /// The first wrong element, for a message: (index, got, want).

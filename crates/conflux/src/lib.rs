@@ -8,10 +8,10 @@ pub mod transport;
 
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};
-pub mod config;
 mod algo;
 mod comm;
+pub mod config;
 pub use comm::{CommBuilder, Communicator, Work};
 pub use config::{AlgoChoice, Config, TransportKind};
-pub use transport::LinkError;
 pub use store::StoreError;
+pub use transport::LinkError;

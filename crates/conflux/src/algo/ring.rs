@@ -25,11 +25,27 @@ pub(crate) fn reduce_scatter(
 ) -> Result<(), LinkError> {
     let r = s.rank as isize;
     for k in 0..s.size as isize - 1 {
-        let (out, into) = split2(buf, block(blocks, r - k + shift), block(blocks, r - k - 1 + shift));
+        let (out, into) = split2(
+            buf,
+            block(blocks, r - k + shift),
+            block(blocks, r - k - 1 + shift),
+        );
         t.exchange(
             &mut [
-                Xfer::Send { peer: s.right(), tag: s.tag, data: out },
-                Xfer::Recv { peer: s.left(), tag: s.tag, sink: Sink::Reduce { buf: into, dtype, op } },
+                Xfer::Send {
+                    peer: s.right(),
+                    tag: s.tag,
+                    data: out,
+                },
+                Xfer::Recv {
+                    peer: s.left(),
+                    tag: s.tag,
+                    sink: Sink::Reduce {
+                        buf: into,
+                        dtype,
+                        op,
+                    },
+                },
             ],
             s.deadline,
         )?;
@@ -47,11 +63,23 @@ pub(crate) fn all_gather(
 ) -> Result<(), LinkError> {
     let r = s.rank as isize;
     for k in 0..s.size as isize - 1 {
-        let (out, into) = split2(buf, block(blocks, r - k + shift), block(blocks, r - k - 1 + shift));
+        let (out, into) = split2(
+            buf,
+            block(blocks, r - k + shift),
+            block(blocks, r - k - 1 + shift),
+        );
         t.exchange(
             &mut [
-                Xfer::Send { peer: s.right(), tag: s.tag, data: out },
-                Xfer::Recv { peer: s.left(), tag: s.tag, sink: Sink::Copy(into) },
+                Xfer::Send {
+                    peer: s.right(),
+                    tag: s.tag,
+                    data: out,
+                },
+                Xfer::Recv {
+                    peer: s.left(),
+                    tag: s.tag,
+                    sink: Sink::Copy(into),
+                },
             ],
             s.deadline,
         )?;
@@ -94,7 +122,14 @@ pub(crate) fn reduce(
     reduce_scatter(t, s, work, blocks, -1, dtype, op)?;
     if s.rank != root {
         let data = &work[blocks[s.rank].clone()];
-        return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data }], s.deadline);
+        return t.exchange(
+            &mut [Xfer::Send {
+                peer: root,
+                tag: s.tag,
+                data,
+            }],
+            s.deadline,
+        );
     }
     let mut xfers = Vec::with_capacity(s.size);
     let mut rest: &mut [u8] = work;
@@ -105,7 +140,11 @@ pub(crate) fn reduce(
         base = b.end;
         rest = tail;
         if p != root {
-            xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
+            xfers.push(Xfer::Recv {
+                peer: p,
+                tag: s.tag,
+                sink: Sink::Copy(piece),
+            });
         }
     }
     t.exchange(&mut xfers, s.deadline)

@@ -14,17 +14,46 @@ use crate::transport::{LinkError, Sink, Transport, Xfer, COLL_BIT};
 
 /// A call's buffers, as bytes, in the in-place form every algorithm works on.
 pub(crate) enum Coll<'a> {
-    AllReduce { input: Option<&'a [u8]>, out: &'a mut [u8], op: ReduceOp },
-    Broadcast { buf: &'a mut [u8], root: usize },
+    AllReduce {
+        input: Option<&'a [u8]>,
+        out: &'a mut [u8],
+        op: ReduceOp,
+    },
+    Broadcast {
+        buf: &'a mut [u8],
+        root: usize,
+    },
     /// Result in `buf` at the root; other ranks' buffers are left unchanged.
-    Reduce { buf: &'a mut [u8], op: ReduceOp, root: usize },
+    Reduce {
+        buf: &'a mut [u8],
+        op: ReduceOp,
+        root: usize,
+    },
     /// `buf` holds size blocks; this rank's own block is already in place.
-    AllGather { buf: &'a mut [u8] },
+    AllGather {
+        buf: &'a mut [u8],
+    },
     /// `buf` holds size blocks; afterwards this rank's own block holds its reduced share.
-    ReduceScatter { buf: &'a mut [u8], op: ReduceOp },
-    AllToAll { send: &'a [u8], send_blocks: Vec<Range<usize>>, recv: &'a mut [u8], recv_blocks: Vec<Range<usize>> },
-    Send { data: &'a [u8], peer: usize, tag: u32 },
-    Recv { buf: &'a mut [u8], peer: usize, tag: u32 },
+    ReduceScatter {
+        buf: &'a mut [u8],
+        op: ReduceOp,
+    },
+    AllToAll {
+        send: &'a [u8],
+        send_blocks: Vec<Range<usize>>,
+        recv: &'a mut [u8],
+        recv_blocks: Vec<Range<usize>>,
+    },
+    Send {
+        data: &'a [u8],
+        peer: usize,
+        tag: u32,
+    },
+    Recv {
+        buf: &'a mut [u8],
+        peer: usize,
+        tag: u32,
+    },
     Barrier,
 }
 
@@ -49,12 +78,20 @@ impl fmt::Display for Describe<'_, '_> {
         match self.0 {
             Coll::AllReduce { out, op, .. } => write!(f, "all_reduce({d} x {}, {op})", n(out)),
             Coll::Broadcast { buf, root } => write!(f, "broadcast({d} x {}, root={root})", n(buf)),
-            Coll::Reduce { buf, op, root } => write!(f, "reduce({d} x {}, {op}, root={root})", n(buf)),
+            Coll::Reduce { buf, op, root } => {
+                write!(f, "reduce({d} x {}, {op}, root={root})", n(buf))
+            }
             Coll::AllGather { buf } => write!(f, "all_gather({d} x {} in all)", n(buf)),
-            Coll::ReduceScatter { buf, op } => write!(f, "reduce_scatter({d} x {} in all, {op})", n(buf)),
+            Coll::ReduceScatter { buf, op } => {
+                write!(f, "reduce_scatter({d} x {} in all, {op})", n(buf))
+            }
             Coll::AllToAll { send, .. } => write!(f, "all_to_all({d} x {} sent)", n(send)),
-            Coll::Send { data, peer, tag } => write!(f, "send({d} x {} to rank {peer}, tag {tag})", n(data)),
-            Coll::Recv { buf, peer, tag } => write!(f, "recv({d} x {} from rank {peer}, tag {tag})", n(buf)),
+            Coll::Send { data, peer, tag } => {
+                write!(f, "send({d} x {} to rank {peer}, tag {tag})", n(data))
+            }
+            Coll::Recv { buf, peer, tag } => {
+                write!(f, "recv({d} x {} from rank {peer}, tag {tag})", n(buf))
+            }
             Coll::Barrier => write!(f, "barrier"),
         }
     }
@@ -62,20 +99,37 @@ impl fmt::Display for Describe<'_, '_> {
 
 /// Runs one call on the transport.
 pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataType) -> Result<()> {
-    let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: Instant::now() + plan.timeout };
+    let step = Step {
+        rank: plan.rank,
+        size: plan.size,
+        tag: 0,
+        deadline: Instant::now() + plan.timeout,
+    };
     let is_p2p = matches!(coll, Coll::Send { .. } | Coll::Recv { .. });
     let step = if is_p2p {
         step
     } else {
         t.seq += 1;
-        Step { tag: COLL_BIT | t.seq, ..step }
+        Step {
+            tag: COLL_BIT | t.seq,
+            ..step
+        }
     };
     let mut coll = coll;
     let r = dispatch(t, plan, &step, &mut coll, dtype);
-    r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
+    r.map_err(|source| Error::Link {
+        op: Describe(&coll, dtype).to_string(),
+        source,
+    })
 }
 
-fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype: DataType) -> Result<(), LinkError> {
+fn dispatch(
+    t: &mut Transport,
+    plan: &Plan,
+    s: &Step,
+    coll: &mut Coll<'_>,
+    dtype: DataType,
+) -> Result<(), LinkError> {
     let n = plan.size;
     let esize = dtype.size();
     let direct = plan.direct_ok && plan.algo != AlgoChoice::Ring;
@@ -123,7 +177,12 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
             }
             finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
         }
-        Coll::AllToAll { send, send_blocks, recv, recv_blocks } => {
+        Coll::AllToAll {
+            send,
+            send_blocks,
+            recv,
+            recv_blocks,
+        } => {
             let (from, to) = (send_blocks[s.rank].clone(), recv_blocks[s.rank].clone());
             recv[to].copy_from_slice(&send[from]);
             if n > 1 {
@@ -131,10 +190,24 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
             }
         }
         Coll::Send { data, peer, tag } => {
-            t.exchange(&mut [Xfer::Send { peer: *peer, tag: u64::from(*tag), data }], s.deadline)?;
+            t.exchange(
+                &mut [Xfer::Send {
+                    peer: *peer,
+                    tag: u64::from(*tag),
+                    data,
+                }],
+                s.deadline,
+            )?;
         }
         Coll::Recv { buf, peer, tag } => {
-            t.exchange(&mut [Xfer::Recv { peer: *peer, tag: u64::from(*tag), sink: Sink::Copy(buf) }], s.deadline)?;
+            t.exchange(
+                &mut [Xfer::Recv {
+                    peer: *peer,
+                    tag: u64::from(*tag),
+                    sink: Sink::Copy(buf),
+                }],
+                s.deadline,
+            )?;
         }
         Coll::Barrier => {
             if n > 1 {

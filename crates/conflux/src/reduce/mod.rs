@@ -56,7 +56,7 @@ fn has_avx2() -> bool {
     *DETECTED.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            std::env::var_os("CONFLUX_PORTABLE_KERNELS").is_none() && std::arch::is_x86_feature_detected!("avx2")
+            std::arch::is_x86_feature_detected!("avx2")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

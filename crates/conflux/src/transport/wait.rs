@@ -99,15 +99,19 @@ impl Waiter {
     /// one more progress pass after this and call `sleep` only if that pass did nothing.
     pub fn arm(&self) -> u32 {
         let Some(seg) = &self.seg else { return 0 };
-        let v = seg.u32_at(seg.layout.doorbell(self.me_local)).load(Ordering::Acquire);
-        seg.u32_at(seg.layout.sleeping(self.me_local)).store(1, Ordering::Relaxed);
+        let v = seg
+            .u32_at(seg.layout.doorbell(self.me_local))
+            .load(Ordering::Acquire);
+        seg.u32_at(seg.layout.sleeping(self.me_local))
+            .store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         v
     }
 
     pub fn disarm(&self) {
         if let Some(seg) = &self.seg {
-            seg.u32_at(seg.layout.sleeping(self.me_local)).store(0, Ordering::Relaxed);
+            seg.u32_at(seg.layout.sleeping(self.me_local))
+                .store(0, Ordering::Relaxed);
         }
     }
 
@@ -120,7 +124,11 @@ impl Waiter {
         deadline: Instant,
     ) -> Result<(), LinkError> {
         let now = Instant::now();
-        let slice = if sockets.is_empty() || !shm_pending { SLICE } else { MIXED_SLICE };
+        let slice = if sockets.is_empty() || !shm_pending {
+            SLICE
+        } else {
+            MIXED_SLICE
+        };
         let wait = slice.min(deadline.saturating_duration_since(now));
         if !sockets.is_empty() {
             let mut fds: Vec<PollFd<'_>> = sockets
@@ -139,10 +147,16 @@ impl Waiter {
             if let Some(m) = &self.monitor {
                 fds.push(PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN));
             }
-            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
+            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            });
             let _ = poll(&mut fds, Some(&ts));
         } else if let Some(seg) = &self.seg {
-            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
+            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            });
             let bell_word = seg.u32_at(seg.layout.doorbell(self.me_local));
             // EAGAIN (the bell rang already), ETIMEDOUT and EINTR all just mean "look again".
             let _ = futex::wait(bell_word, futex::Flags::empty(), bell, Some(&ts));
@@ -155,7 +169,12 @@ impl Waiter {
 
     /// Checks abort always, and liveness when a slice has passed since the last look (or
     /// `force`). `awaited()` names the ranks the caller still needs something from.
-    pub fn check(&mut self, deadline: Instant, force: bool, awaited: impl FnOnce() -> Vec<usize>) -> Result<(), LinkError> {
+    pub fn check(
+        &mut self,
+        deadline: Instant,
+        force: bool,
+        awaited: impl FnOnce() -> Vec<usize>,
+    ) -> Result<(), LinkError> {
         if self.abort.load(Ordering::Relaxed) {
             return Err(LinkError::Aborted);
         }
@@ -174,19 +193,32 @@ impl Waiter {
     /// awaited at the next look, after another progress pass.
     pub fn check_liveness(&mut self, awaited: &[usize]) -> Result<(), LinkError> {
         if !self.pidfds.is_empty() {
-            let mut fds: Vec<PollFd<'_>> =
-                self.pidfds.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)).collect();
-            let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+            let mut fds: Vec<PollFd<'_>> = self
+                .pidfds
+                .iter()
+                .map(|(_, fd)| PollFd::new(fd, PollFlags::IN))
+                .collect();
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
             if poll(&mut fds, Some(&zero)).unwrap_or(0) > 0 {
-                let exited: Vec<usize> =
-                    fds.iter().zip(&self.pidfds).filter(|(f, _)| !f.revents().is_empty()).map(|(_, p)| p.0).collect();
+                let exited: Vec<usize> = fds
+                    .iter()
+                    .zip(&self.pidfds)
+                    .filter(|(f, _)| !f.revents().is_empty())
+                    .map(|(_, p)| p.0)
+                    .collect();
                 drop(fds);
                 for peer in exited {
                     if !awaited.contains(&peer) {
                         continue;
                     }
                     if self.exited_seen.contains(&peer) {
-                        return Err(LinkError::PeerGone { peer, detail: "its process exited".into() });
+                        return Err(LinkError::PeerGone {
+                            peer,
+                            detail: "its process exited".into(),
+                        });
                     }
                     self.exited_seen.push(peer);
                     // Look again soon rather than a whole slice later.
@@ -217,7 +249,9 @@ impl Waiter {
     /// reports A to the store and exits; B's other neighbours then see B's link close first.
     /// So before blaming a vanished peer, listen briefly for the store naming someone else.
     pub fn explain(&mut self, e: LinkError) -> LinkError {
-        let LinkError::PeerGone { peer, .. } = &e else { return e };
+        let LinkError::PeerGone { peer, .. } = &e else {
+            return e;
+        };
         let peer = *peer;
         let Some(m) = &mut self.monitor else { return e };
         let end = Instant::now() + EXPLAIN_WAIT;
@@ -225,10 +259,21 @@ impl Waiter {
             while let Some(ev) = m.try_event() {
                 match ev {
                     Event::RankDied { rank } if rank != peer => {
-                        return LinkError::PeerGone { peer: rank, detail: format!("it died (and rank {peer} left after it)") };
+                        return LinkError::PeerGone {
+                            peer: rank,
+                            detail: format!("it died (and rank {peer} left after it)"),
+                        };
                     }
-                    Event::Failure { culprit, reporter, reason } if culprit != peer => {
-                        return LinkError::Remote { culprit, reporter, reason };
+                    Event::Failure {
+                        culprit,
+                        reporter,
+                        reason,
+                    } if culprit != peer => {
+                        return LinkError::Remote {
+                            culprit,
+                            reporter,
+                            reason,
+                        };
                     }
                     Event::Failure { .. } => {}
                     Event::RankDied { .. } | Event::StoreLost => return e,
@@ -239,7 +284,11 @@ impl Waiter {
                 return e;
             }
             let mut fds = [PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN)];
-            let ts = rustix::time::Timespec::try_from(end - now).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
+            let ts =
+                rustix::time::Timespec::try_from(end - now).unwrap_or(rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                });
             let _ = poll(&mut fds, Some(&ts));
         }
     }
@@ -296,7 +345,10 @@ impl Idle {
             self.armed = None;
             let (_, _, peers) = what();
             w.check(deadline, true, || peers.clone())?;
-            return Err(LinkError::Timeout { peers, secs: now.duration_since(since).as_secs_f64() });
+            return Err(LinkError::Timeout {
+                peers,
+                secs: now.duration_since(since).as_secs_f64(),
+            });
         }
         if now.duration_since(since) < w.spin {
             w.check(deadline, false, || what().2)?;
