@@ -52,6 +52,8 @@ pub(crate) struct Waiter {
     last_check: Instant,
     /// Awaited peers whose exit was seen once; seen again while still awaited, they failed.
     exited_seen: Vec<usize>,
+    /// The last error came from the store, which names root causes itself: nothing to explain.
+    from_store: bool,
 }
 
 /// A socket the waiter should watch, and for what.
@@ -81,6 +83,7 @@ impl Waiter {
             yield_while_spinning,
             last_check: Instant::now(),
             exited_seen: Vec::new(),
+            from_store: false,
         }
     }
 
@@ -228,6 +231,7 @@ impl Waiter {
         }
         if let Some(m) = &mut self.monitor {
             if let Some(ev) = m.try_event() {
+                self.from_store = true;
                 return Err(match ev {
                     Event::RankDied { rank } => LinkError::PeerGone {
                         peer: rank,
@@ -249,6 +253,9 @@ impl Waiter {
     /// reports A to the store and exits; B's other neighbours then see B's link close first.
     /// So before blaming a vanished peer, listen briefly for the store naming someone else.
     pub fn explain(&mut self, e: LinkError) -> LinkError {
+        if std::mem::take(&mut self.from_store) {
+            return e;
+        }
         let LinkError::PeerGone { peer, .. } = &e else {
             return e;
         };
