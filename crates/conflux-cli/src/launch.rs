@@ -295,15 +295,28 @@ fn signal_name(s: i32) -> &'static str {
     }
 }
 
-fn free_port(addr: &str) -> Result<u16, LaunchError> {
-    let l = TcpListener::bind((addr, 0)).map_err(|e| {
-        LaunchError::Invalid(format!(
-            "cannot find a free port on --master-addr {addr}: {e}"
-        ))
-    })?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| LaunchError::Invalid(e.to_string()))
+/// A port for the job's store that nothing listens on. It is chosen below Linux's ephemeral
+/// range (32768 and up), so the data listeners other jobs bind to port 0 cannot take it
+/// between this check and rank 0 binding it.
+pub fn free_port(addr: &str) -> Result<u16, LaunchError> {
+    const LOW: u32 = 20000;
+    const SPAN: u32 = 12000;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = (nanos ^ std::process::id().wrapping_mul(2654435761)) % SPAN;
+    let mut last = None;
+    for i in 0..256 {
+        let port = (LOW + (start + i * 7919) % SPAN) as u16;
+        match TcpListener::bind((addr, port)) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(LaunchError::Invalid(format!(
+        "cannot find a free port on --master-addr {addr}: {}",
+        last.map_or_else(String::new, |e| e.to_string())
+    )))
 }
 
 fn new_run_id() -> String {

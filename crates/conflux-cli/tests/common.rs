@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,11 +11,7 @@ pub const CHECK: &str = env!("CARGO_BIN_EXE_conflux-check");
 pub const CONFLUX: &str = env!("CARGO_BIN_EXE_conflux");
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    conflux_cli::launch::free_port("127.0.0.1").unwrap()
 }
 
 /// Waits for a child at most `limit`, killing it past that so that a hang fails the test.
