@@ -56,23 +56,11 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-const OPS: [&str; 7] = [
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "all_to_all",
-    "reduce",
-    "sendrecv",
-];
+const OPS: [&str; 7] = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "reduce", "sendrecv"];
 
 pub fn main(args: BenchArgs) -> ExitCode {
     if args.op != "all" && !OPS.contains(&args.op.as_str()) {
-        eprintln!(
-            "conflux bench: unknown operation {:?}; one of {} or all",
-            args.op,
-            OPS.join(", ")
-        );
+        eprintln!("conflux bench: unknown operation {:?}; one of {} or all", args.op, OPS.join(", "));
         return ExitCode::from(2);
     }
     if std::env::var_os("WORLD_SIZE").is_some() {
@@ -136,45 +124,30 @@ fn rank_main(args: &BenchArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!(
-                "conflux bench: rank {}: {e}",
-                std::env::var("RANK").unwrap_or_default()
-            );
+            eprintln!("conflux bench: rank {}: {e}", std::env::var("RANK").unwrap_or_default());
             ExitCode::from(1)
         }
     }
 }
 
 fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
-    let dtype =
-        DataType::parse(&args.dtype).ok_or_else(|| format!("unknown dtype {:?}", args.dtype))?;
-    let redop = ReduceOp::parse(&args.redop)
-        .ok_or_else(|| format!("unknown reduction {:?}", args.redop))?;
-    let min = parse_size(&args.min_bytes)
-        .ok_or_else(|| format!("bad --min-bytes {:?}", args.min_bytes))? as usize;
-    let max = parse_size(&args.max_bytes)
-        .ok_or_else(|| format!("bad --max-bytes {:?}", args.max_bytes))? as usize;
+    let dtype = DataType::parse(&args.dtype).ok_or_else(|| format!("unknown dtype {:?}", args.dtype))?;
+    let redop = ReduceOp::parse(&args.redop).ok_or_else(|| format!("unknown reduction {:?}", args.redop))?;
+    let min = parse_size(&args.min_bytes).ok_or_else(|| format!("bad --min-bytes {:?}", args.min_bytes))? as usize;
+    let max = parse_size(&args.max_bytes).ok_or_else(|| format!("bad --max-bytes {:?}", args.max_bytes))? as usize;
     if args.factor < 2 {
         return Err("--factor must be at least 2".into());
     }
     let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
     if let Some(t) = &args.transport {
-        cfg.transport =
-            TransportKind::parse(t).ok_or_else(|| format!("unknown transport {t:?}"))?;
+        cfg.transport = TransportKind::parse(t).ok_or_else(|| format!("unknown transport {t:?}"))?;
     }
     let comm = Communicator::from_env_with(cfg).map_err(|e| e.to_string())?;
     if args.root >= comm.size() {
-        return Err(format!(
-            "--root {} is out of range for {} ranks",
-            args.root,
-            comm.size()
-        ));
+        return Err(format!("--root {} is out of range for {} ranks", args.root, comm.size()));
     }
-    let ops: Vec<&'static str> = if args.op == "all" {
-        OPS.to_vec()
-    } else {
-        OPS.iter().copied().filter(|o| *o == args.op).collect()
-    };
+    let ops: Vec<&'static str> =
+        if args.op == "all" { OPS.to_vec() } else { OPS.iter().copied().filter(|o| *o == args.op).collect() };
     let lead = comm.rank() == 0;
     if lead && !args.json {
         print_header(&comm, args, dtype);
@@ -194,8 +167,8 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
         }
         let mut bytes = min.max(dtype.size());
         while bytes <= max {
-            let row = with_dtype!(dtype, T => measure::<T>(&comm, op, bytes, redop, args))
-                .map_err(|e| e.to_string())?;
+            let row =
+                with_dtype!(dtype, T => measure::<T>(&comm, op, bytes, redop, args)).map_err(|e| e.to_string())?;
             all_right &= row.wrong == 0;
             if lead {
                 print_row(&row, args);
@@ -239,10 +212,7 @@ fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
         std::env::var("CONFLUX_ALGO").unwrap_or_else(|_| "auto".into()),
         conflux::reduce::kernel_name()
     );
-    println!(
-        "# reference: single-core memcpy of 64 MiB on this machine: {:.2} GB/s",
-        memcpy_gbps()
-    );
+    println!("# reference: single-core memcpy of 64 MiB on this machine: {:.2} GB/s", memcpy_gbps());
 }
 
 fn print_row(r: &Row, args: &BenchArgs) {
@@ -266,11 +236,7 @@ fn print_row(r: &Row, args: &BenchArgs) {
             r.us,
             r.algbw,
             r.busbw,
-            if args.check {
-                r.wrong.to_string()
-            } else {
-                "N/A".into()
-            }
+            if args.check { r.wrong.to_string() } else { "N/A".into() }
         );
         println!("{line}");
     }
@@ -304,14 +270,7 @@ fn measure<T: Num>(
     let (send, mut recv): (Vec<T>, Vec<T>) = match op {
         "all_gather" => (fill(block, 0), vec![T::zeroed(); block * n]),
         "reduce_scatter" => (fill(block * n, 0), vec![T::zeroed(); block]),
-        "broadcast" => (
-            Vec::new(),
-            if r == root {
-                fill(count, 0)
-            } else {
-                vec![T::zeroed(); count]
-            },
-        ),
+        "broadcast" => (Vec::new(), if r == root { fill(count, 0) } else { vec![T::zeroed(); count] }),
         _ => (fill(count, 0), vec![T::zeroed(); count]),
     };
     let (right, left) = ((r + 1) % n, (r + n - 1) % n);
@@ -335,11 +294,7 @@ fn measure<T: Num>(
             _ => unreachable!("checked in main"),
         }
     };
-    let iters = if bytes > 1 << 20 {
-        (args.iters / 4).max(5)
-    } else {
-        args.iters
-    };
+    let iters = if bytes > 1 << 20 { (args.iters / 4).max(5) } else { args.iters };
     for _ in 0..args.warmup {
         once(&mut recv)?;
     }
@@ -350,11 +305,7 @@ fn measure<T: Num>(
     }
     let mut secs = [t.elapsed().as_secs_f64() / iters as f64];
     comm.all_reduce(&mut secs, ReduceOp::Max)?;
-    let wrong = if args.check {
-        count_wrong(&recv, op, redop, n, r, root, block, left)
-    } else {
-        0
-    };
+    let wrong = if args.check { count_wrong(&recv, op, redop, n, r, root, block, left) } else { 0 };
     let mut w = [wrong as i64];
     comm.all_reduce(&mut w, ReduceOp::Sum)?;
     let algbw = bytes as f64 / secs[0] / 1e9;
@@ -396,14 +347,10 @@ fn count_wrong<T: Num>(
         "all_reduce" => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, i)),
         "reduce" if r == root => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, i)),
         "reduce" => 0,
-        "reduce_scatter" => {
-            verify::count_wrong(recv, |i| verify::reduced(d, redop, n, r * block + i))
-        }
+        "reduce_scatter" => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, r * block + i)),
         "all_gather" => verify::count_wrong(recv, |i| verify::input(d, redop, i / b, i % b)),
         "broadcast" => verify::count_wrong(recv, |i| verify::input(d, redop, root, i)),
-        "all_to_all" => {
-            verify::count_wrong(recv, |i| verify::input(d, redop, i / b, r * block + i % b))
-        }
+        "all_to_all" => verify::count_wrong(recv, |i| verify::input(d, redop, i / b, r * block + i % b)),
         "sendrecv" => verify::count_wrong(recv, |i| verify::input(d, redop, left, i)),
         _ => 0,
     }

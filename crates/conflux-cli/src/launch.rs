@@ -42,28 +42,17 @@ pub enum LaunchError {
     Invalid(String),
     /// A rank's program could not be started.
     #[error("cannot start rank {rank} ({program}): {source}")]
-    Spawn {
-        rank: usize,
-        program: String,
-        source: std::io::Error,
-    },
+    Spawn { rank: usize, program: String, source: std::io::Error },
     /// A rank exited unsuccessfully; the others were stopped.
     #[error("rank {rank} (local rank {local_rank}, pid {pid}) {status}; the job was stopped")]
-    RankFailed {
-        rank: usize,
-        local_rank: usize,
-        pid: u32,
-        status: String,
-    },
+    RankFailed { rank: usize, local_rank: usize, pid: u32, status: String },
 }
 
 /// Runs this node's ranks to completion. Fails, naming the rank, as soon as one rank fails;
 /// the remaining ranks get SIGTERM, then SIGKILL after a grace period.
 pub fn launch(spec: &LaunchSpec) -> Result<(), LaunchError> {
     if spec.nproc_per_node == 0 || spec.nnodes == 0 {
-        return Err(LaunchError::Invalid(
-            "--nproc-per-node and --nnodes must be at least 1".into(),
-        ));
+        return Err(LaunchError::Invalid("--nproc-per-node and --nnodes must be at least 1".into()));
     }
     if spec.node_rank >= spec.nnodes {
         return Err(LaunchError::Invalid(format!(
@@ -160,13 +149,7 @@ fn spawn(
             relays.push(relay(err, rank, true));
         }
     }
-    Ok(Rank {
-        rank,
-        local,
-        child,
-        status: None,
-        relays,
-    })
+    Ok(Rank { rank, local, child, status: None, relays })
 }
 
 #[allow(unsafe_code)]
@@ -198,11 +181,7 @@ fn relay(stream: impl Read + Send + 'static, rank: usize, is_err: bool) -> JoinH
             }
             let mut buf = format!("[{rank}]: ").into_bytes();
             buf.extend_from_slice(&line);
-            let _ = if is_err {
-                std::io::stderr().write_all(&buf)
-            } else {
-                std::io::stdout().write_all(&buf)
-            };
+            let _ = if is_err { std::io::stderr().write_all(&buf) } else { std::io::stdout().write_all(&buf) };
         }
     })
 }
@@ -227,9 +206,7 @@ fn supervise(ranks: &mut [Rank]) -> Result<(), LaunchError> {
                             status: describe(st),
                         };
                         let others = ranks.iter().filter(|r| r.status.is_none()).count();
-                        eprintln!(
-                            "conflux run: {err}: stopping the {others} rank(s) still running"
-                        );
+                        eprintln!("conflux run: {err}: stopping the {others} rank(s) still running");
                         stop(ranks);
                         return Err(err);
                     }
@@ -301,9 +278,7 @@ fn signal_name(s: i32) -> &'static str {
 pub fn free_port(addr: &str) -> Result<u16, LaunchError> {
     const LOW: u32 = 20000;
     const SPAN: u32 = 12000;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let start = (nanos ^ std::process::id().wrapping_mul(2654435761)) % SPAN;
     let mut last = None;
     for i in 0..256 {
@@ -320,8 +295,6 @@ pub fn free_port(addr: &str) -> Result<u16, LaunchError> {
 }
 
 fn new_run_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{:x}{:x}", std::process::id(), nanos & 0xffff_ffff)
 }

@@ -5,11 +5,7 @@ use conflux_cli::{bench, run};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "conflux",
-    version,
-    about = "Collective communication for CPU processes"
-)]
+#[command(name = "conflux", version, about = "Collective communication for CPU processes")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

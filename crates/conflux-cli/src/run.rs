@@ -9,12 +9,7 @@ use crate::launch::{launch, LaunchError, LaunchSpec};
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Ranks on this node.
-    #[arg(
-        short = 'n',
-        long = "nproc-per-node",
-        visible_alias = "nproc_per_node",
-        default_value_t = 1
-    )]
+    #[arg(short = 'n', long = "nproc-per-node", visible_alias = "nproc_per_node", default_value_t = 1)]
     pub nproc_per_node: usize,
     /// Nodes in the job; each runs its own `conflux run`.
     #[arg(long, default_value_t = 1)]
@@ -23,11 +18,7 @@ pub struct RunArgs {
     #[arg(long = "node-rank", visible_alias = "node_rank", default_value_t = 0)]
     pub node_rank: usize,
     /// Where rank 0 serves the job's store.
-    #[arg(
-        long = "master-addr",
-        visible_alias = "master_addr",
-        default_value = "127.0.0.1"
-    )]
+    #[arg(long = "master-addr", visible_alias = "master_addr", default_value = "127.0.0.1")]
     pub master_addr: String,
     /// The store's port: a free one when there is one node, else 29500.
     #[arg(long = "master-port", visible_alias = "master_port")]

@@ -157,10 +157,7 @@ pub fn matches(dtype: DataType, got: f64, want: f64) -> bool {
 
 /// Counts the elements of `got` that differ from `want(i)` (i = index within `got`).
 pub fn count_wrong<T: Num>(got: &[T], want: impl Fn(usize) -> f64) -> usize {
-    got.iter()
-        .enumerate()
-        .filter(|(i, g)| !matches(T::DTYPE, g.to_f64(), want(*i)))
-        .count()
+    got.iter().enumerate().filter(|(i, g)| !matches(T::DTYPE, g.to_f64(), want(*i))).count()
 }
 
 /// The first wrong element, for a message: (index, got, want).

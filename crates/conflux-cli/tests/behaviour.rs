@@ -10,15 +10,7 @@ use common::*;
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn job(n: usize, scenario: &str, transport: &str) {
-    let out = run_job(
-        n,
-        &[scenario],
-        &[
-            ("CONFLUX_TRANSPORT", transport),
-            ("CONFLUX_TIMEOUT_S", "30"),
-        ],
-        LIMIT,
-    );
+    let out = run_job(n, &[scenario], &[("CONFLUX_TRANSPORT", transport), ("CONFLUX_TIMEOUT_S", "30")], LIMIT);
     assert_all_passed(&out, n);
 }
 
@@ -49,10 +41,7 @@ fn killed_rank(transport: &str) {
     let before = shm_entries();
     let (n, victim) = (4, 2);
     let children = spawn_ranks(n, &["kill", &victim.to_string()], |_| {
-        vec![
-            ("CONFLUX_TRANSPORT".into(), transport.into()),
-            ("CONFLUX_TIMEOUT_S".into(), "60".into()),
-        ]
+        vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "60".into())]
     });
     for (r, child) in children.into_iter().enumerate() {
         let (out, _) = wait_output(child, Duration::from_secs(60));
@@ -60,14 +49,8 @@ fn killed_rank(transport: &str) {
         if r == victim {
             assert!(!out.status.success(), "the victim should have died:\n{t}");
         } else {
-            assert!(
-                out.status.success(),
-                "rank {r} did not detect the dead rank in time:\n{t}"
-            );
-            assert!(
-                t.contains(&format!("DETECTED rank {victim}")),
-                "rank {r}:\n{t}"
-            );
+            assert!(out.status.success(), "rank {r} did not detect the dead rank in time:\n{t}");
+            assert!(t.contains(&format!("DETECTED rank {victim}")), "rank {r}:\n{t}");
         }
     }
     assert_eq!(shm_entries(), before, "/dev/shm changed");
@@ -96,14 +79,8 @@ fn mismatch(transport: &str, algo: &str) {
     for (r, child) in children.into_iter().enumerate() {
         let (out, took) = wait_output(child, Duration::from_secs(60));
         let t = text(&out);
-        assert!(
-            out.status.success() && t.contains("MISMATCH-ERROR"),
-            "rank {r}:\n{t}"
-        );
-        assert!(
-            took < Duration::from_secs(20),
-            "rank {r} took {took:?}:\n{t}"
-        );
+        assert!(out.status.success() && t.contains("MISMATCH-ERROR"), "rank {r}:\n{t}");
+        assert!(took < Duration::from_secs(20), "rank {r} took {took:?}:\n{t}");
     }
 }
 
@@ -130,10 +107,7 @@ fn launcher_names_the_dead_rank() {
     let (out, took) = wait_output(child, Duration::from_secs(60));
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
-    assert!(
-        t.contains("rank 1"),
-        "the launcher should name rank 1:\n{t}"
-    );
+    assert!(t.contains("rank 1"), "the launcher should name rank 1:\n{t}");
     assert!(took < Duration::from_secs(10), "took {took:?}:\n{t}");
 }
 
@@ -141,18 +115,7 @@ fn launcher_names_the_dead_rank() {
 #[test]
 fn bench_names_the_killed_rank() {
     let child = std::process::Command::new(CONFLUX)
-        .args([
-            "bench",
-            "all_reduce",
-            "-n",
-            "3",
-            "-b",
-            "16M",
-            "-e",
-            "16M",
-            "--iters",
-            "100000",
-        ])
+        .args(["bench", "all_reduce", "-n", "3", "-b", "16M", "-e", "16M", "--iters", "100000"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -185,11 +148,8 @@ fn find_rank_process(parent: u32, rank: usize, limit: Duration) -> u32 {
             };
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             // Field 4 of stat, after the parenthesised command name, is the parent pid.
-            let ppid = stat
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
+            let ppid =
+                stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
             if ppid != Some(parent) {
                 continue;
             }

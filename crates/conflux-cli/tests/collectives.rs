@@ -10,15 +10,7 @@ use common::*;
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn colls(n: usize, transport: &str, scenario: &str) {
-    let out = run_job(
-        n,
-        &[scenario],
-        &[
-            ("CONFLUX_TRANSPORT", transport),
-            ("CONFLUX_TIMEOUT_S", "60"),
-        ],
-        LIMIT,
-    );
+    let out = run_job(n, &[scenario], &[("CONFLUX_TRANSPORT", transport), ("CONFLUX_TIMEOUT_S", "60")], LIMIT);
     assert_all_passed(&out, n);
 }
 
@@ -70,12 +62,7 @@ fn world_8_tcp() {
 /// The ring algorithms over shared memory, which the direct algorithm otherwise serves.
 #[test]
 fn world_4_shm_ring() {
-    let out = run_job(
-        4,
-        &["colls"],
-        &[("CONFLUX_TRANSPORT", "shm"), ("CONFLUX_ALGO", "ring")],
-        LIMIT,
-    );
+    let out = run_job(4, &["colls"], &[("CONFLUX_TRANSPORT", "shm"), ("CONFLUX_ALGO", "ring")], LIMIT);
     assert_all_passed(&out, 4);
 }
 
@@ -87,24 +74,8 @@ fn two_nodes_of_two() {
     let nodes: Vec<_> = (0..2)
         .map(|node| {
             std::process::Command::new(CONFLUX)
-                .args([
-                    "run",
-                    "-n",
-                    "2",
-                    "--nnodes",
-                    "2",
-                    "--node-rank",
-                    &node.to_string(),
-                ])
-                .args([
-                    "--master-addr",
-                    "127.0.0.1",
-                    "--master-port",
-                    &port,
-                    "--",
-                    CHECK,
-                    "colls",
-                ])
+                .args(["run", "-n", "2", "--nnodes", "2", "--node-rank", &node.to_string()])
+                .args(["--master-addr", "127.0.0.1", "--master-port", &port, "--", CHECK, "colls"])
                 .env("CONFLUX_NODE_ID", format!("node{node}"))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

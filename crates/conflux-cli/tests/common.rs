@@ -36,30 +36,17 @@ pub fn wait_output(mut child: Child, limit: Duration) -> (Output, Duration) {
 }
 
 pub fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// `conflux run -n N -- conflux-check ARGS` with extra environment; returns its output.
 pub fn run_job(n: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
     let mut cmd = Command::new(CONFLUX);
-    cmd.arg("run")
-        .arg("-n")
-        .arg(n.to_string())
-        .arg("--")
-        .arg(CHECK)
-        .args(args);
+    cmd.arg("run").arg("-n").arg(n.to_string()).arg("--").arg(CHECK).args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     wait_output(child, limit).0
 }
 
@@ -71,25 +58,13 @@ pub fn assert_all_passed(out: &Output, n: usize) {
     assert_eq!(summaries.len(), n, "expected one summary per rank:\n{t}");
     for s in summaries {
         assert!(s.contains(", 0 failed"), "a rank failed checks:\n{t}");
-        let passed: usize = s
-            .split(": ")
-            .last()
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let passed: usize = s.split(": ").last().unwrap().split(' ').next().unwrap().parse().unwrap();
         assert!(passed > 0, "a rank checked nothing:\n{t}");
     }
 }
 
 /// Starts `n` ranks of `conflux-check ARGS` directly, rank r with `env(r)` added.
-pub fn spawn_ranks(
-    n: usize,
-    args: &[&str],
-    env: impl Fn(usize) -> Vec<(String, String)>,
-) -> Vec<Child> {
+pub fn spawn_ranks(n: usize, args: &[&str], env: impl Fn(usize) -> Vec<(String, String)>) -> Vec<Child> {
     let port = free_port().to_string();
     (0..n)
         .map(|r| {
@@ -104,21 +79,14 @@ pub fn spawn_ranks(
             for (k, v) in env(r) {
                 cmd.env(k, v);
             }
-            cmd.stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
         })
         .collect()
 }
 
 pub fn shm_entries() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
     v.sort();
     v

@@ -20,15 +20,8 @@ fn main() -> conflux::Result<()> {
     assert_eq!(avg[0], 1.0);
 
     // Rank 0's parameters to everyone.
-    let mut params = if rank == 0 {
-        vec![3.5f64; 16]
-    } else {
-        vec![0.0; 16]
-    };
+    let mut params = if rank == 0 { vec![3.5f64; 16] } else { vec![0.0; 16] };
     comm.broadcast(&mut params, 0)?;
-    println!(
-        "rank {rank}/{size}: ok (params[0] = {}, {busy:.0})",
-        params[0]
-    );
+    println!("rank {rank}/{size}: ok (params[0] = {}, {busy:.0})", params[0]);
     Ok(())
 }

@@ -116,8 +116,7 @@ impl Config {
         size_var("CONFLUX_TCP_CHUNK", &mut c.tcp_chunk_bytes)?;
         size_var("CONFLUX_TCP_INFLIGHT", &mut c.tcp_inflight)?;
         if let Some(v) = var("CONFLUX_SOCKET_BUF") {
-            c.socket_buf_bytes =
-                Some(parse_size(&v).ok_or_else(|| bad("CONFLUX_SOCKET_BUF", &v))? as usize);
+            c.socket_buf_bytes = Some(parse_size(&v).ok_or_else(|| bad("CONFLUX_SOCKET_BUF", &v))? as usize);
         }
         if let Some(v) = var("CONFLUX_SPIN_US") {
             let us: u64 = v.parse().map_err(|_| bad("CONFLUX_SPIN_US", &v))?;
@@ -135,22 +134,10 @@ impl Config {
                 Err(Error::Config(what.to_string()))
             }
         };
-        check(
-            self.shm_ring_bytes >= 4096 && self.shm_ring_bytes <= 1 << 30,
-            "shm ring must be 4K..1G",
-        )?;
-        check(
-            self.shm_chunk_bytes >= 4096 && self.shm_chunk_bytes <= 1 << 30,
-            "shm chunk must be 4K..1G",
-        )?;
-        check(
-            self.tcp_chunk_bytes >= 4096 && self.tcp_chunk_bytes <= 1 << 30,
-            "tcp chunk must be 4K..1G",
-        )?;
-        check(
-            self.tcp_inflight >= 1 && self.tcp_inflight <= 1024,
-            "tcp inflight must be 1..1024",
-        )?;
+        check(self.shm_ring_bytes >= 4096 && self.shm_ring_bytes <= 1 << 30, "shm ring must be 4K..1G")?;
+        check(self.shm_chunk_bytes >= 4096 && self.shm_chunk_bytes <= 1 << 30, "shm chunk must be 4K..1G")?;
+        check(self.tcp_chunk_bytes >= 4096 && self.tcp_chunk_bytes <= 1 << 30, "tcp chunk must be 4K..1G")?;
+        check(self.tcp_inflight >= 1 && self.tcp_inflight <= 1024, "tcp inflight must be 1..1024")?;
         check(!self.timeout.is_zero(), "timeout must be positive")
     }
 }

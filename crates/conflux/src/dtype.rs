@@ -53,10 +53,7 @@ impl DataType {
     }
 
     pub const fn is_float(self) -> bool {
-        matches!(
-            self,
-            DataType::F32 | DataType::F64 | DataType::F16 | DataType::BF16
-        )
+        matches!(self, DataType::F32 | DataType::F64 | DataType::F16 | DataType::BF16)
     }
 
     /// Parses the names `name()` prints and the short Rust names (f32, bf16, i8, ...).
@@ -111,13 +108,7 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    pub const ALL: [ReduceOp; 5] = [
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Avg,
-    ];
+    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
 
     pub const fn name(self) -> &'static str {
         match self {
@@ -130,9 +121,7 @@ impl ReduceOp {
     }
 
     pub fn parse(s: &str) -> Option<ReduceOp> {
-        ReduceOp::ALL
-            .into_iter()
-            .find(|op| op.name().eq_ignore_ascii_case(s))
+        ReduceOp::ALL.into_iter().find(|op| op.name().eq_ignore_ascii_case(s))
     }
 }
 

@@ -22,10 +22,7 @@ pub enum Error {
     Store(#[from] StoreError),
     /// A system call failed while setting the communicator up.
     #[error("{context}: {source}")]
-    Setup {
-        context: String,
-        source: Arc<std::io::Error>,
-    },
+    Setup { context: String, source: Arc<std::io::Error> },
     /// An environment variable or option holds a value we cannot use.
     #[error("configuration: {0}")]
     Config(String),
@@ -36,10 +33,7 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn setup(context: impl Into<String>, source: std::io::Error) -> Error {
-        Error::Setup {
-            context: context.into(),
-            source: Arc::new(source),
-        }
+        Error::Setup { context: context.into(), source: Arc::new(source) }
     }
 
     /// The rank this error blames, when it blames one.

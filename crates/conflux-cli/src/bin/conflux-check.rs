@@ -23,9 +23,7 @@ impl Checker {
     fn expect(&mut self, what: &str, wrong: Option<(usize, f64, f64)>) {
         match wrong {
             None => self.passed += 1,
-            Some((i, got, want)) => self
-                .failed
-                .push(format!("{what}: element {i} is {got}, expected {want}")),
+            Some((i, got, want)) => self.failed.push(format!("{what}: element {i} is {got}, expected {want}")),
         }
     }
     fn ok(&mut self, what: &str, r: Result<(), Error>) -> bool {
@@ -57,23 +55,13 @@ impl Checker {
         }
         let send = mine(count);
         let mut out = vec![T::from_f64(0.0); count];
-        if self.ok(
-            &tag("all_reduce_into"),
-            self.comm.all_reduce_into(&send, &mut out, op),
-        ) {
+        if self.ok(&tag("all_reduce_into"), self.comm.all_reduce_into(&send, &mut out, op)) {
             self.expect(&tag("all_reduce_into"), verify::first_wrong(&out, want));
-            self.expect(
-                &tag("all_reduce_into keeps send"),
-                verify::first_wrong(&send, |i| verify::input(d, op, r, i)),
-            );
+            self.expect(&tag("all_reduce_into keeps send"), verify::first_wrong(&send, |i| verify::input(d, op, r, i)));
         }
 
         // reduce to every root in turn (cheap counts) or to the last rank.
-        let roots: Vec<usize> = if count <= 7 {
-            (0..n).collect()
-        } else {
-            vec![n - 1]
-        };
+        let roots: Vec<usize> = if count <= 7 { (0..n).collect() } else { vec![n - 1] };
         for root in roots {
             let mut buf = mine(count);
             if self.ok(&tag("reduce"), self.comm.reduce(&mut buf, op, root)) {
@@ -91,20 +79,14 @@ impl Checker {
         // reduce_scatter: every rank contributes n blocks of `count`.
         let send = mine(count * n);
         let mut out = vec![T::from_f64(0.0); count];
-        if self.ok(
-            &tag("reduce_scatter"),
-            self.comm.reduce_scatter(&send, &mut out, op),
-        ) {
+        if self.ok(&tag("reduce_scatter"), self.comm.reduce_scatter(&send, &mut out, op)) {
             self.expect(
                 &tag("reduce_scatter"),
                 verify::first_wrong(&out, |i| verify::reduced(d, op, n, r * count + i)),
             );
         }
         let mut buf = mine(count * n);
-        if self.ok(
-            &tag("reduce_scatter_in_place"),
-            self.comm.reduce_scatter_in_place(&mut buf, op),
-        ) {
+        if self.ok(&tag("reduce_scatter_in_place"), self.comm.reduce_scatter_in_place(&mut buf, op)) {
             let block = &buf[r * count..(r + 1) * count];
             self.expect(
                 &tag("reduce_scatter_in_place"),
@@ -127,39 +109,22 @@ impl Checker {
             v
         };
 
-        let roots: Vec<usize> = if count <= 7 {
-            (0..n).collect()
-        } else {
-            vec![0, n - 1]
-        };
+        let roots: Vec<usize> = if count <= 7 { (0..n).collect() } else { vec![0, n - 1] };
         for root in roots {
-            let mut buf = if r == root {
-                of(r, 0, count)
-            } else {
-                vec![T::from_f64(0.0); count]
-            };
+            let mut buf = if r == root { of(r, 0, count) } else { vec![T::from_f64(0.0); count] };
             if self.ok(&tag("broadcast"), self.comm.broadcast(&mut buf, root)) {
-                self.expect(
-                    &format!("{} root={root}", tag("broadcast")),
-                    verify::first_wrong(&buf, |i| val(root, i)),
-                );
+                self.expect(&format!("{} root={root}", tag("broadcast")), verify::first_wrong(&buf, |i| val(root, i)));
             }
         }
 
         let send = of(r, 0, count);
         let mut out = vec![T::from_f64(0.0); count * n];
         if self.ok(&tag("all_gather"), self.comm.all_gather(&send, &mut out)) {
-            self.expect(
-                &tag("all_gather"),
-                verify::first_wrong(&out, |i| val(i / count.max(1), i % count.max(1))),
-            );
+            self.expect(&tag("all_gather"), verify::first_wrong(&out, |i| val(i / count.max(1), i % count.max(1))));
         }
         let mut buf = vec![T::from_f64(0.0); count * n];
         buf[r * count..(r + 1) * count].copy_from_slice(&send);
-        if self.ok(
-            &tag("all_gather_in_place"),
-            self.comm.all_gather_in_place(&mut buf),
-        ) {
+        if self.ok(&tag("all_gather_in_place"), self.comm.all_gather_in_place(&mut buf)) {
             self.expect(
                 &tag("all_gather_in_place"),
                 verify::first_wrong(&buf, |i| val(i / count.max(1), i % count.max(1))),
@@ -171,10 +136,7 @@ impl Checker {
         let mut out = vec![T::from_f64(0.0); count * n];
         if self.ok(&tag("all_to_all"), self.comm.all_to_all(&send, &mut out)) {
             let c = count.max(1);
-            self.expect(
-                &tag("all_to_all"),
-                verify::first_wrong(&out, |i| val(i / c, r * count + i % c)),
-            );
+            self.expect(&tag("all_to_all"), verify::first_wrong(&out, |i| val(i / c, r * count + i % c)));
         }
 
         // all_to_all_v: rank s sends (s + p) % 3 * count/2 + p elements to rank p.
@@ -183,36 +145,22 @@ impl Checker {
         let recv_counts: Vec<usize> = (0..n).map(|s| amount(s, r)).collect();
         let send = of(r, 0, send_counts.iter().sum());
         let mut out = vec![T::from_f64(0.0); recv_counts.iter().sum()];
-        if self.ok(
-            &tag("all_to_all_v"),
-            self.comm
-                .all_to_all_v(&send, &send_counts, &mut out, &recv_counts),
-        ) {
+        if self.ok(&tag("all_to_all_v"), self.comm.all_to_all_v(&send, &send_counts, &mut out, &recv_counts)) {
             // Element j of the block from s is element (offset of block r in s's send) + j of s's input.
             let mut expect = Vec::with_capacity(out.len());
             for s in 0..n {
                 let off: usize = (0..r).map(|p| amount(s, p)).sum();
                 expect.extend((0..amount(s, r)).map(|j| val(s, off + j)));
             }
-            self.expect(
-                &tag("all_to_all_v"),
-                verify::first_wrong(&out, |i| expect[i]),
-            );
+            self.expect(&tag("all_to_all_v"), verify::first_wrong(&out, |i| expect[i]));
         }
     }
 }
 
 fn scenario_colls(comm: Communicator, quick: bool) -> Checker {
-    let mut c = Checker {
-        comm,
-        passed: 0,
-        failed: Vec::new(),
-    };
-    let dtypes: Vec<DataType> = if quick {
-        vec![DataType::F32, DataType::BF16, DataType::I8]
-    } else {
-        DataType::ALL.to_vec()
-    };
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
+    let dtypes: Vec<DataType> =
+        if quick { vec![DataType::F32, DataType::BF16, DataType::I8] } else { DataType::ALL.to_vec() };
     for &d in &dtypes {
         for &count in &SMALL_COUNTS {
             for op in ReduceOp::ALL {
@@ -235,11 +183,7 @@ fn scenario_colls(comm: Communicator, quick: bool) -> Checker {
 
 /// Async operations complete in issue order and carry their own buffers.
 fn scenario_async(comm: Communicator) -> Checker {
-    let mut c = Checker {
-        comm,
-        passed: 0,
-        failed: Vec::new(),
-    };
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
     let (n, r) = (c.comm.size(), c.comm.rank());
     let k = 16;
     let mut works = Vec::new();
@@ -253,15 +197,10 @@ fn scenario_async(comm: Communicator) -> Checker {
     let br = c.comm.all_reduce(&mut b, ReduceOp::Sum);
     c.ok("blocking all_reduce after async ones", br);
     let total: i64 = (0..n as i64).sum();
-    c.expect(
-        "blocking after async",
-        verify::first_wrong(&b, |_| total as f64),
-    );
+    c.expect("blocking after async", verify::first_wrong(&b, |_| total as f64));
     for (j, _, w) in &works {
         if !w.is_completed() {
-            c.failed.push(format!(
-                "async all_reduce #{j} not completed although a later blocking call returned"
-            ));
+            c.failed.push(format!("async all_reduce #{j} not completed although a later blocking call returned"));
         }
     }
     for (j, len, w) in works {
@@ -269,10 +208,7 @@ fn scenario_async(comm: Communicator) -> Checker {
             Ok(v) => {
                 let want = |i: usize| ((0..n).map(|q| q * j).sum::<usize>() + n * (i % 7)) as f64;
                 assert_eq!(v.len(), len);
-                c.expect(
-                    &format!("async all_reduce #{j}"),
-                    verify::first_wrong(&v, want),
-                );
+                c.expect(&format!("async all_reduce #{j}"), verify::first_wrong(&v, want));
             }
             Err(e) => c.failed.push(format!("async all_reduce #{j}: {e}")),
         }
@@ -297,11 +233,7 @@ fn scenario_async(comm: Communicator) -> Checker {
 
 /// Tagged send/recv: out-of-order tags, a two-stage pipeline, every pair.
 fn scenario_p2p(comm: Communicator) -> Checker {
-    let mut c = Checker {
-        comm,
-        passed: 0,
-        failed: Vec::new(),
-    };
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
     let (n, r) = (c.comm.size(), c.comm.rank());
     if n < 2 {
         return c;
@@ -316,17 +248,11 @@ fn scenario_p2p(comm: Communicator) -> Checker {
     let mut got_small = vec![0i32; 10];
     let e = c.comm.recv(&mut got_large, left, 2);
     if c.ok("recv tag 2", e) {
-        c.expect(
-            "recv tag 2",
-            verify::first_wrong(&got_large, |i| (left * 1000 + i) as f64),
-        );
+        c.expect("recv tag 2", verify::first_wrong(&got_large, |i| (left * 1000 + i) as f64));
     }
     let e = c.comm.recv(&mut got_small, left, 1);
     if c.ok("recv tag 1", e) {
-        c.expect(
-            "recv tag 1",
-            verify::first_wrong(&got_small, |_| left as f64),
-        );
+        c.expect("recv tag 1", verify::first_wrong(&got_small, |_| left as f64));
     }
     let e = w1.wait().map(|_| ());
     c.ok("send tag 1", e);
@@ -340,10 +266,7 @@ fn scenario_p2p(comm: Communicator) -> Checker {
         let mut buf = vec![0u8; 3];
         let e = c.comm.recv(&mut buf, from, 7);
         if c.ok("pairwise recv", e) {
-            c.expect(
-                "pairwise recv",
-                verify::first_wrong(&buf, |_| ((from * n + r) % 256) as f64),
-            );
+            c.expect("pairwise recv", verify::first_wrong(&buf, |_| ((from * n + r) % 256) as f64));
         }
         let e = w.wait().map(|_| ());
         c.ok("pairwise send", e);
@@ -352,9 +275,7 @@ fn scenario_p2p(comm: Communicator) -> Checker {
     let mut act = vec![0f32; 4096];
     for step in 0..5 {
         if r == 0 {
-            act.iter_mut()
-                .enumerate()
-                .for_each(|(i, a)| *a = (i + step) as f32);
+            act.iter_mut().enumerate().for_each(|(i, a)| *a = (i + step) as f32);
         } else {
             let e = c.comm.recv(&mut act, r - 1, 100 + step as u32);
             c.ok("pipeline recv", e);
@@ -365,10 +286,7 @@ fn scenario_p2p(comm: Communicator) -> Checker {
             c.ok("pipeline send", e);
         } else {
             let added: usize = (1..n).sum();
-            c.expect(
-                "pipeline output",
-                verify::first_wrong(&act, |i| (i + step + added) as f64),
-            );
+            c.expect("pipeline output", verify::first_wrong(&act, |i| (i + step + added) as f64));
         }
     }
     c
@@ -376,64 +294,41 @@ fn scenario_p2p(comm: Communicator) -> Checker {
 
 /// Bad arguments get typed errors and leave the communicator usable.
 fn scenario_errors(comm: Communicator) -> Checker {
-    let mut c = Checker {
-        comm,
-        passed: 0,
-        failed: Vec::new(),
-    };
+    let mut c = Checker { comm, passed: 0, failed: Vec::new() };
     let n = c.comm.size();
     let mut buf = vec![0f32; 8];
     let mut small = vec![0f32; 3];
     let comm = &c.comm;
     let mut results = vec![
         ("broadcast root out of range", comm.broadcast(&mut buf, n)),
-        (
-            "reduce root out of range",
-            comm.reduce(&mut buf, ReduceOp::Sum, n + 5),
-        ),
-        (
-            "all_reduce_into lengths",
-            comm.all_reduce_into(&buf, &mut small, ReduceOp::Sum),
-        ),
+        ("reduce root out of range", comm.reduce(&mut buf, ReduceOp::Sum, n + 5)),
+        ("all_reduce_into lengths", comm.all_reduce_into(&buf, &mut small, ReduceOp::Sum)),
         ("all_gather lengths", comm.all_gather(&buf, &mut small)),
         ("send to self", comm.send(&buf, comm.rank(), 0)),
         ("recv peer out of range", comm.recv(&mut buf, n, 0)),
-        (
-            "all_to_all_v counts",
-            comm.all_to_all_v(&buf, &vec![1; n], &mut small, &vec![1; n]),
-        ),
+        ("all_to_all_v counts", comm.all_to_all_v(&buf, &vec![1; n], &mut small, &vec![1; n])),
     ];
     if n > 1 {
-        results.push((
-            "reduce_scatter lengths",
-            comm.reduce_scatter(&buf, &mut small, ReduceOp::Sum),
-        ));
+        results.push(("reduce_scatter lengths", comm.reduce_scatter(&buf, &mut small, ReduceOp::Sum)));
     }
     for (what, r) in results {
         match r {
             Err(Error::InvalidArgument(_)) => c.passed += 1,
-            other => c
-                .failed
-                .push(format!("{what}: expected InvalidArgument, got {other:?}")),
+            other => c.failed.push(format!("{what}: expected InvalidArgument, got {other:?}")),
         }
     }
     // Still usable.
     let mut v = vec![1i32; 4];
     let e = c.comm.all_reduce(&mut v, ReduceOp::Sum);
     if c.ok("all_reduce after bad calls", e) {
-        c.expect(
-            "all_reduce after bad calls",
-            verify::first_wrong(&v, |_| n as f64),
-        );
+        c.expect("all_reduce after bad calls", verify::first_wrong(&v, |_| n as f64));
     }
     // Closed communicators refuse work with a typed error.
     let e = c.comm.shutdown();
     c.ok("shutdown", e);
     match c.comm.all_reduce(&mut v, ReduceOp::Sum) {
         Err(Error::Closed(_)) => c.passed += 1,
-        other => c.failed.push(format!(
-            "all_reduce after shutdown: expected Closed, got {other:?}"
-        )),
+        other => c.failed.push(format!("all_reduce after shutdown: expected Closed, got {other:?}")),
     }
     c
 }
@@ -447,10 +342,7 @@ fn scenario_kill(comm: Communicator, victim: usize) -> ExitCode {
     for i in 0.. {
         if r == victim && i == 20 {
             println!("rank {r}: killing myself with SIGKILL");
-            let _ = rustix::process::kill_process(
-                rustix::process::getpid(),
-                rustix::process::Signal::KILL,
-            );
+            let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         }
         match comm.all_reduce(&mut buf, ReduceOp::Sum) {
             Ok(()) => {
@@ -485,10 +377,7 @@ fn scenario_mismatch(comm: Communicator) -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            println!(
-                "rank {r}: MISMATCH-ERROR after {:.2}s: {e}",
-                t.elapsed().as_secs_f64()
-            );
+            println!("rank {r}: MISMATCH-ERROR after {:.2}s: {e}", t.elapsed().as_secs_f64());
             std::process::exit(0)
         }
     }
@@ -518,7 +407,9 @@ fn main() -> ExitCode {
         }
         "mismatch" => return scenario_mismatch(comm),
         other => {
-            eprintln!("conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK], mismatch)");
+            eprintln!(
+                "conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK], mismatch)"
+            );
             return ExitCode::from(2);
         }
     };

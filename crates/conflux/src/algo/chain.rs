@@ -24,35 +24,17 @@ pub(crate) fn broadcast(
     let (left, right) = (s.left(), s.right());
     // At step k, position p receives chunk k - p + 1 and sends chunk k - p.
     for k in 0..chunks + n - 2 {
-        let recv = (pos > 0)
-            .then(|| (k + 1).checked_sub(pos))
-            .flatten()
-            .filter(|&j| j < chunks);
-        let send = (pos < n - 1)
-            .then(|| k.checked_sub(pos))
-            .flatten()
-            .filter(|&j| j < chunks);
+        let recv = (pos > 0).then(|| (k + 1).checked_sub(pos)).flatten().filter(|&j| j < chunks);
+        let send = (pos < n - 1).then(|| k.checked_sub(pos)).flatten().filter(|&j| j < chunks);
         let (send_r, recv_r) = (send.map(range), recv.map(range));
         let empty = 0..0;
-        let (out, into) = split2(
-            buf,
-            send_r.as_ref().unwrap_or(&empty),
-            recv_r.as_ref().unwrap_or(&empty),
-        );
+        let (out, into) = split2(buf, send_r.as_ref().unwrap_or(&empty), recv_r.as_ref().unwrap_or(&empty));
         let mut xfers = Vec::with_capacity(2);
         if send.is_some() {
-            xfers.push(Xfer::Send {
-                peer: right,
-                tag: s.tag,
-                data: out,
-            });
+            xfers.push(Xfer::Send { peer: right, tag: s.tag, data: out });
         }
         if recv.is_some() {
-            xfers.push(Xfer::Recv {
-                peer: left,
-                tag: s.tag,
-                sink: Sink::Copy(into),
-            });
+            xfers.push(Xfer::Recv { peer: left, tag: s.tag, sink: Sink::Copy(into) });
         }
         if !xfers.is_empty() {
             t.exchange(&mut xfers, s.deadline)?;

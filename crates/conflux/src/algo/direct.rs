@@ -43,12 +43,8 @@ fn describe(len: usize, dtype: DataType, op: ReduceOp) -> u64 {
 
 fn describe_text(desc: u64) -> String {
     let len = desc & ((1 << 56) - 1);
-    let d = DataType::ALL
-        .get(((desc >> 56) & 0xf) as usize)
-        .map_or("?", |d| d.name());
-    let o = ReduceOp::ALL
-        .get((desc >> 60) as usize)
-        .map_or("?", |o| o.name());
+    let d = DataType::ALL.get(((desc >> 56) & 0xf) as usize).map_or("?", |d| d.name());
+    let o = ReduceOp::ALL.get((desc >> 60) as usize).map_or("?", |o| o.name());
     format!("all_reduce of {len} bytes of {d} with {o}")
 }
 
@@ -69,11 +65,7 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let seg: Arc<Segment> = t
-        .waiter
-        .seg
-        .clone()
-        .expect("direct algorithm needs a segment");
+    let seg: Arc<Segment> = t.waiter.seg.clone().expect("direct algorithm needs a segment");
     let l = seg.layout;
     let (n, me) = (l.ranks, t.waiter.me_local);
     let esize = dtype.size();
@@ -96,22 +88,14 @@ pub(crate) fn all_reduce(
         seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
         ring_all(&seg, me);
         let all_posted = || (0..n).all(|k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen);
-        let not_posted = || {
-            (0..n)
-                .filter(|&k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) < gen)
-                .collect()
-        };
+        let not_posted = || (0..n).filter(|&k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) < gen).collect();
         t.wait_until(s.deadline, all_posted, not_posted)?;
         for k in 0..n {
             let theirs = seg.u64_at(l.desc(k, p)).load(Ordering::Relaxed);
             if theirs != desc {
                 let e = LinkError::Mismatch {
                     peer: k,
-                    detail: format!(
-                        "it called {}, this rank {}",
-                        describe_text(theirs),
-                        describe_text(desc)
-                    ),
+                    detail: format!("it called {}, this rank {}", describe_text(theirs), describe_text(desc)),
                 };
                 t.waiter.report(&e);
                 t.broken = Some(e.clone());
@@ -120,9 +104,7 @@ pub(crate) fn all_reduce(
         }
         // SAFETY: every rank posted gen, so every slot of parity p holds this chunk and none is
         // written again before this rank posts gen + 1 (Reuse above).
-        let slots: Vec<&[u8]> = (0..n)
-            .map(|k| unsafe { seg.bytes(l.slot(k, p), len) })
-            .collect();
+        let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.slot(k, p), len) }).collect();
         if total / n <= SMALL || len <= SMALL {
             reduce::reduce_many(dtype, op, &mut out[at..at + len], &slots);
         } else {
@@ -135,13 +117,8 @@ pub(crate) fn all_reduce(
             reduce::reduce_many(dtype, op, res, &parts);
             seg.u64_at(l.reduced(me)).store(gen, Ordering::Release);
             ring_all(&seg, me);
-            let all_reduced =
-                || (0..n).all(|k| seg.u64_at(l.reduced(k)).load(Ordering::Acquire) >= gen);
-            let not_reduced = || {
-                (0..n)
-                    .filter(|&k| seg.u64_at(l.reduced(k)).load(Ordering::Acquire) < gen)
-                    .collect()
-            };
+            let all_reduced = || (0..n).all(|k| seg.u64_at(l.reduced(k)).load(Ordering::Acquire) >= gen);
+            let not_reduced = || (0..n).filter(|&k| seg.u64_at(l.reduced(k)).load(Ordering::Acquire) < gen).collect();
             t.wait_until(s.deadline, all_reduced, not_reduced)?;
             // SAFETY: every rank published its slice of result(p); none rewrites it before all
             // ranks (this one included) post gen + 2.

@@ -31,9 +31,7 @@ impl Step {
 /// Splits `count` elements of `esize` bytes into `parts` contiguous byte ranges whose element
 /// counts differ by at most one.
 pub(crate) fn even_blocks(count: usize, parts: usize, esize: usize) -> Vec<Range<usize>> {
-    (0..parts)
-        .map(|k| (count * k / parts) * esize..(count * (k + 1) / parts) * esize)
-        .collect()
+    (0..parts).map(|k| (count * k / parts) * esize..(count * (k + 1) / parts) * esize).collect()
 }
 
 /// Ranges of consecutive blocks of the given byte lengths.
@@ -48,11 +46,7 @@ pub(crate) fn blocks_of(lens: impl IntoIterator<Item = usize>) -> Vec<Range<usiz
 }
 
 /// A shared view of block `a` and a mutable view of block `b` of one buffer; `a` and `b` must not overlap.
-pub(crate) fn split2<'a>(
-    buf: &'a mut [u8],
-    a: &Range<usize>,
-    b: &Range<usize>,
-) -> (&'a [u8], &'a mut [u8]) {
+pub(crate) fn split2<'a>(buf: &'a mut [u8], a: &Range<usize>, b: &Range<usize>) -> (&'a [u8], &'a mut [u8]) {
     debug_assert!(a.end <= b.start || b.end <= a.start || a.is_empty() || b.is_empty());
     if a.is_empty() {
         return (&[], &mut buf[b.clone()]);

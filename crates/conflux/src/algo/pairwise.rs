@@ -20,11 +20,7 @@ pub(crate) fn all_to_all(
     // Visit peers in the order rank+1, rank+2, ... so that no peer is everyone's first.
     for d in 1..s.size {
         let p = (s.rank + d) % s.size;
-        xfers.push(Xfer::Send {
-            peer: p,
-            tag: s.tag,
-            data: &send[send_blocks[p].clone()],
-        });
+        xfers.push(Xfer::Send { peer: p, tag: s.tag, data: &send[send_blocks[p].clone()] });
     }
     let mut rest = recv;
     let mut pieces: Vec<(usize, &mut [u8])> = Vec::with_capacity(s.size);
@@ -42,11 +38,7 @@ pub(crate) fn all_to_all(
         }
     }
     for (p, piece) in pieces {
-        xfers.push(Xfer::Recv {
-            peer: p,
-            tag: s.tag,
-            sink: Sink::Copy(piece),
-        });
+        xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
     }
     t.exchange(&mut xfers, s.deadline)
 }
@@ -56,19 +48,11 @@ pub(crate) fn barrier(t: &mut Transport, s: &Step) -> Result<(), LinkError> {
     let mut xfers = Vec::with_capacity(2 * s.size);
     let mut sinks: Vec<[u8; 0]> = vec![[]; s.size];
     for d in 1..s.size {
-        xfers.push(Xfer::Send {
-            peer: (s.rank + d) % s.size,
-            tag: s.tag,
-            data: &[],
-        });
+        xfers.push(Xfer::Send { peer: (s.rank + d) % s.size, tag: s.tag, data: &[] });
     }
     for (p, sink) in sinks.iter_mut().enumerate() {
         if p != s.rank {
-            xfers.push(Xfer::Recv {
-                peer: p,
-                tag: s.tag,
-                sink: Sink::Copy(sink),
-            });
+            xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(sink) });
         }
     }
     t.exchange(&mut xfers, s.deadline)

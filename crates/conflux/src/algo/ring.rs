@@ -23,34 +23,7 @@ pub(crate) fn reduce_scatter(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let r = s.rank as isize;
-    for k in 0..s.size as isize - 1 {
-        let (out, into) = split2(
-            buf,
-            block(blocks, r - k + shift),
-            block(blocks, r - k - 1 + shift),
-        );
-        t.exchange(
-            &mut [
-                Xfer::Send {
-                    peer: s.right(),
-                    tag: s.tag,
-                    data: out,
-                },
-                Xfer::Recv {
-                    peer: s.left(),
-                    tag: s.tag,
-                    sink: Sink::Reduce {
-                        buf: into,
-                        dtype,
-                        op,
-                    },
-                },
-            ],
-            s.deadline,
-        )?;
-    }
-    Ok(())
+    pass(t, s, buf, blocks, shift, |into| Sink::Reduce { buf: into, dtype, op })
 }
 
 /// Starting with this rank holding block `rank + shift`, leaves every rank with every block.
@@ -61,25 +34,26 @@ pub(crate) fn all_gather(
     blocks: &[Range<usize>],
     shift: isize,
 ) -> Result<(), LinkError> {
+    pass(t, s, buf, blocks, shift, |into| Sink::Copy(into))
+}
+
+/// N-1 steps around the ring: send block `rank - k + shift` right, take block
+/// `rank - k - 1 + shift` from the left into the sink `sink` makes of it.
+fn pass(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    shift: isize,
+    sink: impl for<'a> Fn(&'a mut [u8]) -> Sink<'a>,
+) -> Result<(), LinkError> {
     let r = s.rank as isize;
     for k in 0..s.size as isize - 1 {
-        let (out, into) = split2(
-            buf,
-            block(blocks, r - k + shift),
-            block(blocks, r - k - 1 + shift),
-        );
+        let (out, into) = split2(buf, block(blocks, r - k + shift), block(blocks, r - k - 1 + shift));
         t.exchange(
             &mut [
-                Xfer::Send {
-                    peer: s.right(),
-                    tag: s.tag,
-                    data: out,
-                },
-                Xfer::Recv {
-                    peer: s.left(),
-                    tag: s.tag,
-                    sink: Sink::Copy(into),
-                },
+                Xfer::Send { peer: s.right(), tag: s.tag, data: out },
+                Xfer::Recv { peer: s.left(), tag: s.tag, sink: sink(into) },
             ],
             s.deadline,
         )?;
@@ -122,14 +96,7 @@ pub(crate) fn reduce(
     reduce_scatter(t, s, work, blocks, -1, dtype, op)?;
     if s.rank != root {
         let data = &work[blocks[s.rank].clone()];
-        return t.exchange(
-            &mut [Xfer::Send {
-                peer: root,
-                tag: s.tag,
-                data,
-            }],
-            s.deadline,
-        );
+        return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data }], s.deadline);
     }
     let mut xfers = Vec::with_capacity(s.size);
     let mut rest: &mut [u8] = work;
@@ -140,11 +107,7 @@ pub(crate) fn reduce(
         base = b.end;
         rest = tail;
         if p != root {
-            xfers.push(Xfer::Recv {
-                peer: p,
-                tag: s.tag,
-                sink: Sink::Copy(piece),
-            });
+            xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
         }
     }
     t.exchange(&mut xfers, s.deadline)

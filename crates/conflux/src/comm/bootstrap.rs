@@ -31,11 +31,7 @@ impl Peer {
     fn decode(b: &[u8]) -> Option<Peer> {
         let s = std::str::from_utf8(b).ok()?;
         let mut it = s.split('\n');
-        Some(Peer {
-            node: it.next()?.to_string(),
-            pid: it.next()?.parse().ok()?,
-            addr: it.next()?.parse().ok()?,
-        })
+        Some(Peer { node: it.next()?.to_string(), pid: it.next()?.parse().ok()?, addr: it.next()?.parse().ok()? })
     }
 }
 
@@ -52,11 +48,7 @@ pub(crate) fn node_id(cfg: &Config) -> String {
 
 /// The local address this host uses to reach `target` (no packet is sent).
 fn local_ip_towards(target: SocketAddr) -> std::io::Result<IpAddr> {
-    let udp = UdpSocket::bind(if target.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    })?;
+    let udp = UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })?;
     udp.connect(target)?;
     Ok(udp.local_addr()?.ip())
 }
@@ -83,25 +75,20 @@ pub(crate) fn build(
     abort: Arc<AtomicBool>,
 ) -> Result<Built> {
     let deadline = Instant::now() + cfg.timeout;
-    let ip = local_ip_towards(store_addr)
-        .map_err(|e| Error::setup("finding the local address towards the store", e))?;
-    let listener = TcpListener::bind((ip, 0))
-        .map_err(|e| Error::setup(format!("binding a data listener on {ip}"), e))?;
+    let ip =
+        local_ip_towards(store_addr).map_err(|e| Error::setup("finding the local address towards the store", e))?;
+    let listener =
+        TcpListener::bind((ip, 0)).map_err(|e| Error::setup(format!("binding a data listener on {ip}"), e))?;
     let me = Peer {
         node: node_id(cfg),
         pid: std::process::id(),
-        addr: listener
-            .local_addr()
-            .map_err(|e| Error::setup("data listener address", e))?,
+        addr: listener.local_addr().map_err(|e| Error::setup("data listener address", e))?,
     };
     store.set(&format!("{prefix}/rank/{rank}"), &me.encode())?;
     let mut peers = Vec::with_capacity(size);
     for r in 0..size {
         let b = store.get(&format!("{prefix}/rank/{r}"), left(deadline))?;
-        peers.push(
-            Peer::decode(&b)
-                .ok_or_else(|| Error::Config(format!("rank {r} published a malformed address")))?,
-        );
+        peers.push(Peer::decode(&b).ok_or_else(|| Error::Config(format!("rank {r} published a malformed address")))?);
     }
 
     let local_ranks: Vec<usize> = (0..size).filter(|&r| peers[r].node == me.node).collect();
@@ -115,22 +102,9 @@ pub(crate) fn build(
     let use_shm = cfg.transport != TransportKind::Tcp && local_ranks.len() > 1;
     let shm_peer = |p: usize| use_shm && peers[p].node == me.node;
 
-    let me_local = local_ranks
-        .iter()
-        .position(|&r| r == rank)
-        .expect("this rank is local to itself");
-    let seg = if use_shm {
-        Some(Arc::new(map_segment(
-            store,
-            prefix,
-            &local_ranks,
-            me_local,
-            cfg,
-            deadline,
-        )?))
-    } else {
-        None
-    };
+    let me_local = local_ranks.iter().position(|&r| r == rank).expect("this rank is local to itself");
+    let seg =
+        if use_shm { Some(Arc::new(map_segment(store, prefix, &local_ranks, me_local, cfg, deadline)?)) } else { None };
 
     let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
     if let Some(seg) = &seg {
@@ -140,14 +114,10 @@ pub(crate) fn build(
             }
         }
     }
-    let bufsize = cfg
-        .socket_buf_bytes
-        .unwrap_or(cfg.tcp_chunk_bytes * cfg.tcp_inflight);
+    let bufsize = cfg.socket_buf_bytes.unwrap_or(cfg.tcp_chunk_bytes * cfg.tcp_inflight);
     for (p, stream) in connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), deadline)? {
-        tune_socket(&stream, bufsize)
-            .map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
-        let link = TcpLink::new(stream, p, cfg.tcp_chunk_bytes)
-            .map_err(|e| Error::setup("non-blocking socket", e))?;
+        tune_socket(&stream, bufsize).map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
+        let link = TcpLink::new(stream, p, cfg.tcp_chunk_bytes).map_err(|e| Error::setup("non-blocking socket", e))?;
         links[p] = Some(Link::tcp(link));
     }
 
@@ -164,22 +134,9 @@ pub(crate) fn build(
         }
     }
     let monitor = store.monitor(rank)?;
-    let oversubscribed =
-        local_ranks.len() > std::thread::available_parallelism().map_or(1, |n| n.get());
-    let spin = cfg.spin.unwrap_or(if oversubscribed {
-        Duration::from_micros(5)
-    } else {
-        Duration::from_micros(50)
-    });
-    let waiter = Waiter::new(
-        seg,
-        me_local,
-        pidfds,
-        Some(monitor),
-        abort,
-        spin,
-        oversubscribed,
-    );
+    let oversubscribed = local_ranks.len() > std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(5) } else { Duration::from_micros(50) });
+    let waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), abort, spin, oversubscribed);
 
     store.set(&format!("{prefix}/ready/{rank}"), b"1")?;
     let keys: Vec<String> = (0..size).map(|r| format!("{prefix}/ready/{r}")).collect();
@@ -201,9 +158,7 @@ pub(crate) fn build(
 }
 
 fn left(deadline: Instant) -> Duration {
-    deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1))
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
 }
 
 /// The leader creates the host's segment and publishes where to find it; the others open it.
@@ -218,31 +173,18 @@ fn map_segment(
     let layout = Layout::new(local_ranks.len(), cfg.shm_ring_bytes, cfg.shm_chunk_bytes);
     let key = format!("{prefix}/shm/{}", local_ranks[0]);
     if me_local == 0 {
-        let seg = Segment::create(layout)
-            .map_err(|e| Error::setup("creating the shared segment (memfd)", e))?;
-        store.set(
-            &key,
-            format!("{} {}", std::process::id(), seg.raw_fd()).as_bytes(),
-        )?;
+        let seg = Segment::create(layout).map_err(|e| Error::setup("creating the shared segment (memfd)", e))?;
+        store.set(&key, format!("{} {}", std::process::id(), seg.raw_fd()).as_bytes())?;
         Ok(seg)
     } else {
         let v = store.get(&key, left(deadline))?;
         let s = String::from_utf8_lossy(&v);
         let mut it = s.split(' ').map(|x| x.parse::<i64>());
         let (Some(Ok(pid)), Some(Ok(fd))) = (it.next(), it.next()) else {
-            return Err(Error::Config(format!(
-                "malformed shared segment handle {s:?}"
-            )));
+            return Err(Error::Config(format!("malformed shared segment handle {s:?}")));
         };
-        Segment::open(pid as u32, fd as i32, layout).map_err(|e| {
-            Error::setup(
-                format!(
-                    "opening rank {}'s shared segment through /proc",
-                    local_ranks[0]
-                ),
-                e,
-            )
-        })
+        Segment::open(pid as u32, fd as i32, layout)
+            .map_err(|e| Error::setup(format!("opening rank {}'s shared segment through /proc", local_ranks[0]), e))
     }
 }
 
@@ -261,31 +203,23 @@ fn connect_mesh(
         let mut hello = [0u8; 16];
         hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         hello[8..].copy_from_slice(&(rank as u64).to_le_bytes());
-        s.write_all(&hello)
-            .map_err(|e| Error::setup(format!("greeting rank {p}"), e))?;
+        s.write_all(&hello).map_err(|e| Error::setup(format!("greeting rank {p}"), e))?;
         out.push((p, s));
     }
     let mut expected: Vec<usize> = (rank + 1..peers.len()).filter(|&p| wants_tcp(p)).collect();
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| Error::setup("listener", e))?;
+    listener.set_nonblocking(true).map_err(|e| Error::setup("listener", e))?;
     while !expected.is_empty() {
         match listener.accept() {
             Ok((mut s, _)) => {
                 s.set_nonblocking(false).ok();
-                s.set_read_timeout(Some(left(deadline).min(Duration::from_secs(10))))
-                    .ok();
+                s.set_read_timeout(Some(left(deadline).min(Duration::from_secs(10)))).ok();
                 let mut hello = [0u8; 16];
                 if s.read_exact(&mut hello).is_err() {
                     continue;
                 }
                 let magic = u64::from_le_bytes(hello[..8].try_into().expect("8"));
                 let from = u64::from_le_bytes(hello[8..].try_into().expect("8")) as usize;
-                if let Some(i) = expected
-                    .iter()
-                    .position(|&p| p == from)
-                    .filter(|_| magic == HELLO_MAGIC)
-                {
+                if let Some(i) = expected.iter().position(|&p| p == from).filter(|_| magic == HELLO_MAGIC) {
                     expected.swap_remove(i);
                     s.set_read_timeout(None).ok();
                     out.push((from, s));

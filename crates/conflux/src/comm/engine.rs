@@ -152,11 +152,7 @@ impl Engine {
                 return false;
             }
             q.turn_waiters += 1;
-            q = self
-                .turn
-                .wait_timeout(q, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            q = self.turn.wait_timeout(q, left).unwrap_or_else(|p| p.into_inner()).0;
             q.turn_waiters -= 1;
         }
         true
@@ -192,13 +188,7 @@ impl<T> Completer<T> {
 impl<T> Work<T> {
     pub(crate) fn new(what: String) -> (Work<T>, Completer<T>) {
         let state = Arc::new((Mutex::new(None), Condvar::new()));
-        (
-            Work {
-                state: state.clone(),
-                what,
-            },
-            Completer(state),
-        )
+        (Work { state: state.clone(), what }, Completer(state))
     }
 
     /// True once the operation has finished, successfully or not.
@@ -220,10 +210,7 @@ impl<T> Work<T> {
 
     /// Waits at most `timeout`. On timeout the handle comes back (the operation goes on) with
     /// an [`Error::WaitTimeout`].
-    pub fn wait_timeout(
-        self,
-        timeout: Duration,
-    ) -> std::result::Result<Result<T>, (Work<T>, Error)> {
+    pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, (Work<T>, Error)> {
         let deadline = Instant::now() + timeout;
         {
             let (m, cv) = &*self.state;
@@ -236,16 +223,10 @@ impl<T> Work<T> {
                 if left.is_zero() {
                     break;
                 }
-                g = cv
-                    .wait_timeout(g, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                g = cv.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner()).0;
             }
         }
-        let err = Error::WaitTimeout {
-            op: self.what.clone(),
-            secs: timeout.as_secs_f64(),
-        };
+        let err = Error::WaitTimeout { op: self.what.clone(), secs: timeout.as_secs_f64() };
         Err((self, err))
     }
 }

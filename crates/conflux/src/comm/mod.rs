@@ -33,12 +33,7 @@ pub struct CommBuilder {
 impl CommBuilder {
     /// A builder with default settings (not the environment's); `config` passes others.
     pub fn new(rank: usize, size: usize) -> CommBuilder {
-        CommBuilder {
-            rank,
-            size,
-            store: None,
-            config: Config::default(),
-        }
+        CommBuilder { rank, size, store: None, config: Config::default() }
     }
     /// The store, "host:port"; rank 0 serves it there. Not needed when size is 1.
     pub fn store(mut self, addr: impl Into<String>) -> CommBuilder {
@@ -100,9 +95,8 @@ impl Communicator {
         let mut b = CommBuilder::new(rank, size).config(config);
         if size > 1 {
             let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-            let port = env_usize("MASTER_PORT")?.ok_or_else(|| {
-                Error::Config("MASTER_PORT is not set (needed when WORLD_SIZE > 1)".into())
-            })?;
+            let port = env_usize("MASTER_PORT")?
+                .ok_or_else(|| Error::Config("MASTER_PORT is not set (needed when WORLD_SIZE > 1)".into()))?;
             b = b.store(format!("{addr}:{port}"));
         }
         b.build()
@@ -113,29 +107,14 @@ impl Communicator {
     }
 
     fn init(b: CommBuilder) -> Result<Communicator> {
-        let CommBuilder {
-            rank,
-            size,
-            store,
-            config,
-        } = b;
+        let CommBuilder { rank, size, store, config } = b;
         config.validate()?;
         if size == 0 || rank >= size {
-            return Err(invalid(format!(
-                "rank {rank} is not in a world of size {size}"
-            )));
+            return Err(invalid(format!("rank {rank} is not in a world of size {size}")));
         }
         let abort = Arc::new(AtomicBool::new(false));
         let (transport, server, client, local_rank, local_size, direct_ok) = if size == 1 {
-            let waiter = Waiter::new(
-                None,
-                0,
-                Vec::new(),
-                None,
-                abort.clone(),
-                Duration::ZERO,
-                false,
-            );
+            let waiter = Waiter::new(None, 0, Vec::new(), None, abort.clone(), Duration::ZERO, false);
             let t = Transport {
                 rank,
                 size,
@@ -148,56 +127,21 @@ impl Communicator {
             };
             (t, None, None, 0, 1, false)
         } else {
-            let addr_s = store
-                .ok_or_else(|| Error::Config("a store address is needed when size > 1".into()))?;
+            let addr_s = store.ok_or_else(|| Error::Config("a store address is needed when size > 1".into()))?;
             let addr = resolve(&addr_s)?;
-            let server = if rank == 0 {
-                Some(StoreServer::bind(addr)?)
-            } else {
-                None
-            };
+            let server = if rank == 0 { Some(StoreServer::bind(addr)?) } else { None };
             let client = StoreClient::connect(&addr_s, config.timeout)?;
-            let built =
-                bootstrap::build(&client, addr, "conflux", rank, size, &config, abort.clone())?;
-            let local_rank = built
-                .local_ranks
-                .iter()
-                .position(|&r| r == rank)
-                .unwrap_or(0);
+            let built = bootstrap::build(&client, addr, "conflux", rank, size, &config, abort.clone())?;
+            let local_rank = built.local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
             let direct_ok = built.transport.waiter.seg.is_some() && built.local_ranks.len() == size;
-            tracing::info!(
-                rank,
-                size,
-                local = built.local_ranks.len(),
-                direct_ok,
-                "communicator ready"
-            );
-            (
-                built.transport,
-                server,
-                Some(client),
-                local_rank,
-                built.local_ranks.len(),
-                direct_ok,
-            )
+            tracing::info!(rank, size, local = built.local_ranks.len(), direct_ok, "communicator ready");
+            (built.transport, server, Some(client), local_rank, built.local_ranks.len(), direct_ok)
         };
         if config.algo == AlgoChoice::Direct && size > 1 && !direct_ok {
-            return Err(Error::Config(
-                "CONFLUX_ALGO=direct needs every rank on one host with shared memory".into(),
-            ));
+            return Err(Error::Config("CONFLUX_ALGO=direct needs every rank on one host with shared memory".into()));
         }
-        let plan = Plan {
-            rank,
-            size,
-            timeout: config.timeout,
-            algo: config.algo,
-            direct_ok,
-        };
-        let doorbell = transport
-            .waiter
-            .seg
-            .clone()
-            .map(|s| (s, transport.waiter.me_local));
+        let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, direct_ok };
+        let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
         let (engine, thread) = Engine::start(transport, rank)?;
         Ok(Communicator {
             plan,
@@ -243,10 +187,7 @@ impl Communicator {
 
     fn check_root(&self, root: usize, what: &str) -> Result<()> {
         if root >= self.size() {
-            return Err(invalid(format!(
-                "{what} {root} is out of range for {} ranks",
-                self.size()
-            )));
+            return Err(invalid(format!("{what} {root} is out of range for {} ranks", self.size())));
         }
         Ok(())
     }
@@ -254,9 +195,7 @@ impl Communicator {
     fn check_peer(&self, peer: usize) -> Result<()> {
         self.check_root(peer, "peer")?;
         if peer == self.rank() {
-            return Err(invalid(format!(
-                "rank {peer} cannot send to or receive from itself"
-            )));
+            return Err(invalid(format!("rank {peer} cannot send to or receive from itself")));
         }
         Ok(())
     }
@@ -278,8 +217,7 @@ impl Communicator {
             return work;
         }
         let plan = self.plan;
-        self.engine
-            .submit(Box::new(move |t| done.complete(job(t, &plan))));
+        self.engine.submit(Box::new(move |t| done.complete(job(t, &plan))));
         work
     }
 
@@ -287,58 +225,22 @@ impl Communicator {
 
     /// Reduces `buf` across all ranks, in place: every rank ends with the same result.
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        self.blocking(
-            Coll::AllReduce {
-                input: None,
-                out: bytes_mut(buf),
-                op,
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::AllReduce { input: None, out: bytes_mut(buf), op }, T::DTYPE)
     }
 
     /// Out of place: `recv = reduce(send)`; both have the same length.
-    pub fn all_reduce_into<T: Element>(
-        &self,
-        send: &[T],
-        recv: &mut [T],
-        op: ReduceOp,
-    ) -> Result<()> {
+    pub fn all_reduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         if send.len() != recv.len() {
-            return Err(invalid(format!(
-                "all_reduce: send has {} elements, recv {}",
-                send.len(),
-                recv.len()
-            )));
+            return Err(invalid(format!("all_reduce: send has {} elements, recv {}", send.len(), recv.len())));
         }
-        self.blocking(
-            Coll::AllReduce {
-                input: Some(bytes(send)),
-                out: bytes_mut(recv),
-                op,
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::AllReduce { input: Some(bytes(send)), out: bytes_mut(recv), op }, T::DTYPE)
     }
 
     /// Non-blocking all_reduce in place; the buffer comes back through the handle.
     pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
-        self.spawn(
-            format!("all_reduce({} x {})", T::DTYPE, buf.len()),
-            move |t, plan| {
-                ops::run(
-                    t,
-                    plan,
-                    Coll::AllReduce {
-                        input: None,
-                        out: bytes_mut(&mut buf),
-                        op,
-                    },
-                    T::DTYPE,
-                )
-                .map(|_| buf)
-            },
-        )
+        self.spawn(format!("all_reduce({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            ops::run(t, plan, Coll::AllReduce { input: None, out: bytes_mut(&mut buf), op }, T::DTYPE).map(|_| buf)
+        })
     }
 
     // ---- broadcast and reduce ---------------------------------------------------------------
@@ -346,64 +248,29 @@ impl Communicator {
     /// Copies `root`'s buffer into every rank's.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         self.check_root(root, "root")?;
-        self.blocking(
-            Coll::Broadcast {
-                buf: bytes_mut(buf),
-                root,
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::Broadcast { buf: bytes_mut(buf), root }, T::DTYPE)
     }
 
     pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Work<Vec<T>> {
         let check = self.check_root(root, "root");
-        self.spawn(
-            format!("broadcast({} x {})", T::DTYPE, buf.len()),
-            move |t, plan| {
-                check?;
-                ops::run(
-                    t,
-                    plan,
-                    Coll::Broadcast {
-                        buf: bytes_mut(&mut buf),
-                        root,
-                    },
-                    T::DTYPE,
-                )
-                .map(|_| buf)
-            },
-        )
+        self.spawn(format!("broadcast({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::Broadcast { buf: bytes_mut(&mut buf), root }, T::DTYPE).map(|_| buf)
+        })
     }
 
     /// Reduces everyone's `buf` into the root's `buf`; other ranks' buffers stay unchanged.
     pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
         self.check_root(root, "root")?;
-        self.blocking(
-            Coll::Reduce {
-                buf: bytes_mut(buf),
-                op,
-                root,
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::Reduce { buf: bytes_mut(buf), op, root }, T::DTYPE)
     }
 
     /// Out of place: the root's `recv` gets the reduction of every rank's `send`; `recv` is
     /// untouched elsewhere (but must have the same length, as in NCCL).
-    pub fn reduce_into<T: Element>(
-        &self,
-        send: &[T],
-        recv: &mut [T],
-        op: ReduceOp,
-        root: usize,
-    ) -> Result<()> {
+    pub fn reduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
         self.check_root(root, "root")?;
         if send.len() != recv.len() {
-            return Err(invalid(format!(
-                "reduce: send has {} elements, recv {}",
-                send.len(),
-                recv.len()
-            )));
+            return Err(invalid(format!("reduce: send has {} elements, recv {}", send.len(), recv.len())));
         }
         if self.rank() == root {
             recv.copy_from_slice(send);
@@ -414,30 +281,12 @@ impl Communicator {
         }
     }
 
-    pub fn reduce_async<T: Element>(
-        &self,
-        mut buf: Vec<T>,
-        op: ReduceOp,
-        root: usize,
-    ) -> Work<Vec<T>> {
+    pub fn reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp, root: usize) -> Work<Vec<T>> {
         let check = self.check_root(root, "root");
-        self.spawn(
-            format!("reduce({} x {})", T::DTYPE, buf.len()),
-            move |t, plan| {
-                check?;
-                ops::run(
-                    t,
-                    plan,
-                    Coll::Reduce {
-                        buf: bytes_mut(&mut buf),
-                        op,
-                        root,
-                    },
-                    T::DTYPE,
-                )
-                .map(|_| buf)
-            },
-        )
+        self.spawn(format!("reduce({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::Reduce { buf: bytes_mut(&mut buf), op, root }, T::DTYPE).map(|_| buf)
+        })
     }
 
     // ---- all_gather and reduce_scatter ------------------------------------------------------
@@ -460,41 +309,20 @@ impl Communicator {
     /// In place: this rank's block (`buf[rank*n..(rank+1)*n]`, n = len / size) is already there.
     pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
         self.check_divisible("all_gather", buf.len())?;
-        self.blocking(
-            Coll::AllGather {
-                buf: bytes_mut(buf),
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::AllGather { buf: bytes_mut(buf) }, T::DTYPE)
     }
 
     /// Non-blocking in-place all_gather (see `all_gather_in_place`).
     pub fn all_gather_async<T: Element>(&self, mut buf: Vec<T>) -> Work<Vec<T>> {
         let check = self.check_divisible("all_gather", buf.len());
-        self.spawn(
-            format!("all_gather({} x {})", T::DTYPE, buf.len()),
-            move |t, plan| {
-                check?;
-                ops::run(
-                    t,
-                    plan,
-                    Coll::AllGather {
-                        buf: bytes_mut(&mut buf),
-                    },
-                    T::DTYPE,
-                )
-                .map(|_| buf)
-            },
-        )
+        self.spawn(format!("all_gather({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::AllGather { buf: bytes_mut(&mut buf) }, T::DTYPE).map(|_| buf)
+        })
     }
 
     /// `recv` (n elements) gets block `rank` of the reduction of every rank's `send` (size x n).
-    pub fn reduce_scatter<T: Element>(
-        &self,
-        send: &[T],
-        recv: &mut [T],
-        op: ReduceOp,
-    ) -> Result<()> {
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         let n = recv.len();
         if send.len() != n * self.size() {
             return Err(invalid(format!(
@@ -514,41 +342,20 @@ impl Communicator {
     /// blocks hold partial results.
     pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         self.check_divisible("reduce_scatter", buf.len())?;
-        self.blocking(
-            Coll::ReduceScatter {
-                buf: bytes_mut(buf),
-                op,
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::ReduceScatter { buf: bytes_mut(buf), op }, T::DTYPE)
     }
 
     pub fn reduce_scatter_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
         let check = self.check_divisible("reduce_scatter", buf.len());
-        self.spawn(
-            format!("reduce_scatter({} x {})", T::DTYPE, buf.len()),
-            move |t, plan| {
-                check?;
-                ops::run(
-                    t,
-                    plan,
-                    Coll::ReduceScatter {
-                        buf: bytes_mut(&mut buf),
-                        op,
-                    },
-                    T::DTYPE,
-                )
-                .map(|_| buf)
-            },
-        )
+        self.spawn(format!("reduce_scatter({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+            check?;
+            ops::run(t, plan, Coll::ReduceScatter { buf: bytes_mut(&mut buf), op }, T::DTYPE).map(|_| buf)
+        })
     }
 
     fn check_divisible(&self, what: &str, len: usize) -> Result<()> {
         if !len.is_multiple_of(self.size()) {
-            return Err(invalid(format!(
-                "{what}: {len} elements do not split into {} equal blocks",
-                self.size()
-            )));
+            return Err(invalid(format!("{what}: {len} elements do not split into {} equal blocks", self.size())));
         }
         Ok(())
     }
@@ -571,12 +378,7 @@ impl Communicator {
     ) -> Result<()> {
         let (sb, rb) = self.v_blocks::<T>(send.len(), send_counts, recv.len(), recv_counts)?;
         self.blocking(
-            Coll::AllToAll {
-                send: bytes(send),
-                send_blocks: sb,
-                recv: bytes_mut(recv),
-                recv_blocks: rb,
-            },
+            Coll::AllToAll { send: bytes(send), send_blocks: sb, recv: bytes_mut(recv), recv_blocks: rb },
             T::DTYPE,
         )
     }
@@ -590,27 +392,18 @@ impl Communicator {
     ) -> Work<Vec<T>> {
         let total: usize = recv_counts.iter().sum();
         let blocks = self.v_blocks::<T>(send.len(), send_counts, total, recv_counts);
-        self.spawn(
-            format!("all_to_all_v({} x {})", T::DTYPE, send.len()),
-            move |t, plan| {
-                let (sb, rb) = blocks?;
-                let mut recv = vec![T::zeroed(); total];
-                let coll = Coll::AllToAll {
-                    send: bytes(&send),
-                    send_blocks: sb,
-                    recv: bytes_mut(&mut recv),
-                    recv_blocks: rb,
-                };
-                ops::run(t, plan, coll, T::DTYPE).map(|_| recv)
-            },
-        )
+        self.spawn(format!("all_to_all_v({} x {})", T::DTYPE, send.len()), move |t, plan| {
+            let (sb, rb) = blocks?;
+            let mut recv = vec![T::zeroed(); total];
+            let coll =
+                Coll::AllToAll { send: bytes(&send), send_blocks: sb, recv: bytes_mut(&mut recv), recv_blocks: rb };
+            ops::run(t, plan, coll, T::DTYPE).map(|_| recv)
+        })
     }
 
     fn equal_counts(&self, what: &str, send: usize, recv: usize) -> Result<Vec<usize>> {
         if send != recv {
-            return Err(invalid(format!(
-                "{what}: send has {send} elements, recv {recv}"
-            )));
+            return Err(invalid(format!("{what}: send has {send} elements, recv {recv}")));
         }
         self.check_divisible(what, send)?;
         Ok(vec![send / self.size(); self.size()])
@@ -625,21 +418,13 @@ impl Communicator {
         recv_counts: &[usize],
     ) -> Result<(Vec<std::ops::Range<usize>>, Vec<std::ops::Range<usize>>)> {
         let n = self.size();
-        for (name, counts, len) in [
-            ("send", send_counts, send_len),
-            ("recv", recv_counts, recv_len),
-        ] {
+        for (name, counts, len) in [("send", send_counts, send_len), ("recv", recv_counts, recv_len)] {
             if counts.len() != n {
-                return Err(invalid(format!(
-                    "all_to_all_v: {} {name} counts for {n} ranks",
-                    counts.len()
-                )));
+                return Err(invalid(format!("all_to_all_v: {} {name} counts for {n} ranks", counts.len())));
             }
             let sum = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
             if sum != Some(len) {
-                return Err(invalid(format!(
-                    "all_to_all_v: {name} counts add up to {sum:?}, the buffer has {len}"
-                )));
+                return Err(invalid(format!("all_to_all_v: {name} counts add up to {sum:?}, the buffer has {len}")));
             }
         }
         if send_counts[self.rank()] != recv_counts[self.rank()] {
@@ -661,58 +446,29 @@ impl Communicator {
     /// Sends `buf` to `peer`; it is matched by the peer's `recv` with the same tag, in order.
     pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
         self.check_peer(peer)?;
-        self.blocking(
-            Coll::Send {
-                data: bytes(buf),
-                peer,
-                tag,
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::Send { data: bytes(buf), peer, tag }, T::DTYPE)
     }
 
     /// Receives the next message with `tag` from `peer`; its length must equal `buf`'s.
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<()> {
         self.check_peer(peer)?;
-        self.blocking(
-            Coll::Recv {
-                buf: bytes_mut(buf),
-                peer,
-                tag,
-            },
-            T::DTYPE,
-        )
+        self.blocking(Coll::Recv { buf: bytes_mut(buf), peer, tag }, T::DTYPE)
     }
 
     /// Sends `buf` to `peer` in the background; the handle gives the buffer back once sent.
     /// Unlike collectives, posted sends and receives progress alongside later operations.
     pub fn send_async<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        let what = format!(
-            "send({} x {} to rank {peer}, tag {tag})",
-            T::DTYPE,
-            buf.len()
-        );
+        let what = format!("send({} x {} to rank {peer}, tag {tag})", T::DTYPE, buf.len());
         self.post(what, buf, peer, tag, true)
     }
 
     /// Receives the next message with `tag` from `peer` into `buf` in the background.
     pub fn recv_async<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        let what = format!(
-            "recv({} x {} from rank {peer}, tag {tag})",
-            T::DTYPE,
-            buf.len()
-        );
+        let what = format!("recv({} x {} from rank {peer}, tag {tag})", T::DTYPE, buf.len());
         self.post(what, buf, peer, tag, false)
     }
 
-    fn post<T: Element>(
-        &self,
-        what: String,
-        buf: Vec<T>,
-        peer: usize,
-        tag: u32,
-        send: bool,
-    ) -> Work<Vec<T>> {
+    fn post<T: Element>(&self, what: String, buf: Vec<T>, peer: usize, tag: u32, send: bool) -> Work<Vec<T>> {
         let (work, done) = Work::new(what.clone());
         if let Err(e) = self.usable().and_then(|_| self.check_peer(peer)) {
             done.complete(Err(e));
@@ -720,9 +476,7 @@ impl Communicator {
         }
         let deadline = Instant::now() + self.plan.timeout;
         let posted = Box::new(PostedVec { buf, done, what });
-        self.engine.submit(Box::new(move |t| {
-            t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))
-        }));
+        self.engine.submit(Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
         work
     }
 
@@ -732,9 +486,7 @@ impl Communicator {
     }
 
     pub fn barrier_async(&self) -> Work<()> {
-        self.spawn("barrier".into(), move |t, plan| {
-            ops::run(t, plan, Coll::Barrier, DataType::U8)
-        })
+        self.spawn("barrier".into(), move |t, plan| ops::run(t, plan, Coll::Barrier, DataType::U8))
     }
 
     // ---- life cycle -------------------------------------------------------------------------
@@ -777,10 +529,7 @@ impl Communicator {
         if drained {
             Ok(())
         } else {
-            Err(Error::Closed(format!(
-                "operations still running after {:?}",
-                self.plan.timeout
-            )))
+            Err(Error::Closed(format!("operations still running after {:?}", self.plan.timeout)))
         }
     }
 }
@@ -807,9 +556,6 @@ impl<T: Element> PostedBuf for PostedVec<T> {
     }
     fn finish(self: Box<Self>, r: std::result::Result<(), LinkError>) {
         let PostedVec { buf, done, what } = *self;
-        done.complete(
-            r.map(|_| buf)
-                .map_err(|source| Error::Link { op: what, source }),
-        );
+        done.complete(r.map(|_| buf).map_err(|source| Error::Link { op: what, source }));
     }
 }

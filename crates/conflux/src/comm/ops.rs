@@ -99,37 +99,20 @@ impl fmt::Display for Describe<'_, '_> {
 
 /// Runs one call on the transport.
 pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataType) -> Result<()> {
-    let step = Step {
-        rank: plan.rank,
-        size: plan.size,
-        tag: 0,
-        deadline: Instant::now() + plan.timeout,
-    };
+    let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: Instant::now() + plan.timeout };
     let is_p2p = matches!(coll, Coll::Send { .. } | Coll::Recv { .. });
     let step = if is_p2p {
         step
     } else {
         t.seq += 1;
-        Step {
-            tag: COLL_BIT | t.seq,
-            ..step
-        }
+        Step { tag: COLL_BIT | t.seq, ..step }
     };
     let mut coll = coll;
     let r = dispatch(t, plan, &step, &mut coll, dtype);
-    r.map_err(|source| Error::Link {
-        op: Describe(&coll, dtype).to_string(),
-        source,
-    })
+    r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }
 
-fn dispatch(
-    t: &mut Transport,
-    plan: &Plan,
-    s: &Step,
-    coll: &mut Coll<'_>,
-    dtype: DataType,
-) -> Result<(), LinkError> {
+fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype: DataType) -> Result<(), LinkError> {
     let n = plan.size;
     let esize = dtype.size();
     let direct = plan.direct_ok && plan.algo != AlgoChoice::Ring;
@@ -177,12 +160,7 @@ fn dispatch(
             }
             finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
         }
-        Coll::AllToAll {
-            send,
-            send_blocks,
-            recv,
-            recv_blocks,
-        } => {
+        Coll::AllToAll { send, send_blocks, recv, recv_blocks } => {
             let (from, to) = (send_blocks[s.rank].clone(), recv_blocks[s.rank].clone());
             recv[to].copy_from_slice(&send[from]);
             if n > 1 {
@@ -190,24 +168,10 @@ fn dispatch(
             }
         }
         Coll::Send { data, peer, tag } => {
-            t.exchange(
-                &mut [Xfer::Send {
-                    peer: *peer,
-                    tag: u64::from(*tag),
-                    data,
-                }],
-                s.deadline,
-            )?;
+            t.exchange(&mut [Xfer::Send { peer: *peer, tag: u64::from(*tag), data }], s.deadline)?;
         }
         Coll::Recv { buf, peer, tag } => {
-            t.exchange(
-                &mut [Xfer::Recv {
-                    peer: *peer,
-                    tag: u64::from(*tag),
-                    sink: Sink::Copy(buf),
-                }],
-                s.deadline,
-            )?;
+            t.exchange(&mut [Xfer::Recv { peer: *peer, tag: u64::from(*tag), sink: Sink::Copy(buf) }], s.deadline)?;
         }
         Coll::Barrier => {
             if n > 1 {

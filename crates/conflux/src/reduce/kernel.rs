@@ -142,13 +142,7 @@ fn dispatch(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs:
     }
 }
 
-pub(super) fn fold_portable(
-    dtype: DataType,
-    op: ReduceOp,
-    dst: &mut [u8],
-    with_dst: bool,
-    srcs: &[&[u8]],
-) {
+pub(super) fn fold_portable(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
     dispatch(dtype, op, dst, with_dst, srcs)
 }
 
@@ -158,13 +152,7 @@ pub(super) fn fold_portable(
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn fold_avx2(
-    dtype: DataType,
-    op: ReduceOp,
-    dst: &mut [u8],
-    with_dst: bool,
-    srcs: &[&[u8]],
-) {
+pub(super) unsafe fn fold_avx2(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
     dispatch(dtype, op, dst, with_dst, srcs)
 }
 

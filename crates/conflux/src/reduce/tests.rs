@@ -62,26 +62,22 @@ fn one(dtype: DataType, op: ReduceOp, e: &[Vec<u8>]) -> Vec<u8> {
         }};
     }
     match dtype {
-        DataType::F32 => float!(
-            f32,
-            |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap()),
-            |v: f32| v.to_le_bytes().to_vec()
-        ),
-        DataType::F64 => float!(
-            f64,
-            |b: &[u8]| f64::from_le_bytes(b.try_into().unwrap()),
-            |v: f64| v.to_le_bytes().to_vec()
-        ),
-        DataType::F16 => float!(
-            f32,
-            |b: &[u8]| f16::from_le_bytes(b.try_into().unwrap()).to_f32(),
-            |v: f32| f16::from_f32(v).to_le_bytes().to_vec()
-        ),
-        DataType::BF16 => float!(
-            f32,
-            |b: &[u8]| bf16::from_le_bytes(b.try_into().unwrap()).to_f32(),
-            |v: f32| bf16::from_f32(v).to_le_bytes().to_vec()
-        ),
+        DataType::F32 => {
+            float!(f32, |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap()), |v: f32| v.to_le_bytes().to_vec())
+        }
+        DataType::F64 => {
+            float!(f64, |b: &[u8]| f64::from_le_bytes(b.try_into().unwrap()), |v: f64| v.to_le_bytes().to_vec())
+        }
+        DataType::F16 => {
+            float!(f32, |b: &[u8]| f16::from_le_bytes(b.try_into().unwrap()).to_f32(), |v: f32| f16::from_f32(v)
+                .to_le_bytes()
+                .to_vec())
+        }
+        DataType::BF16 => {
+            float!(f32, |b: &[u8]| bf16::from_le_bytes(b.try_into().unwrap()).to_f32(), |v: f32| bf16::from_f32(v)
+                .to_le_bytes()
+                .to_vec())
+        }
         DataType::I8 => int!(i8),
         DataType::U8 => int!(u8),
         DataType::I32 => int!(i32),
@@ -167,10 +163,7 @@ proptest! {
 #[test]
 fn half_types_accumulate_in_f32_across_sources() {
     // 2048 + 1 + 1 in f16 rounds to 2048 pairwise but to 2050 when accumulated in f32.
-    let srcs: Vec<Vec<u8>> = [2048.0f32, 1.0, 1.0]
-        .iter()
-        .map(|&v| f16::from_f32(v).to_le_bytes().to_vec())
-        .collect();
+    let srcs: Vec<Vec<u8>> = [2048.0f32, 1.0, 1.0].iter().map(|&v| f16::from_f32(v).to_le_bytes().to_vec()).collect();
     let refs: Vec<&[u8]> = srcs.iter().map(|s| s.as_slice()).collect();
     let mut dst = [0u8; 2];
     super::reduce_many(DataType::F16, ReduceOp::Sum, &mut dst, &refs);
@@ -181,10 +174,7 @@ fn half_types_accumulate_in_f32_across_sources() {
 fn divide_truncates_integers_and_divides_floats() {
     let mut i: Vec<u8> = [-7i32, 7, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
     super::divide(DataType::I32, &mut i, 2);
-    let got: Vec<i32> = i
-        .chunks(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
+    let got: Vec<i32> = i.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(got, [-3, 3, 4]);
     let mut f = 3.0f64.to_le_bytes();
     super::divide(DataType::F64, &mut f, 4);

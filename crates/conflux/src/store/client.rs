@@ -21,30 +21,21 @@ impl StoreClient {
     /// Connects to `addr` ("host:port"), retrying until `timeout`: rank 0 may not be serving yet.
     pub fn connect(addr: &str, timeout: Duration) -> Result<StoreClient, StoreError> {
         let deadline = Instant::now() + timeout;
-        let fail = |detail: String| StoreError::Connection {
-            addr: addr.to_string(),
-            detail,
-        };
+        let fail = |detail: String| StoreError::Connection { addr: addr.to_string(), detail };
         let mut pause = Duration::from_millis(5);
         loop {
             let last = match resolve(addr) {
                 Ok(sa) => match TcpStream::connect_timeout(&sa, Duration::from_secs(2)) {
                     Ok(conn) => {
                         let _ = conn.set_nodelay(true);
-                        return Ok(StoreClient {
-                            addr: sa,
-                            conn: Mutex::new(conn),
-                        });
+                        return Ok(StoreClient { addr: sa, conn: Mutex::new(conn) });
                     }
                     Err(e) => e.to_string(),
                 },
                 Err(e) => e,
             };
             if Instant::now() + pause > deadline {
-                return Err(fail(format!(
-                    "not reachable within {:.1}s: {last}",
-                    timeout.as_secs_f64()
-                )));
+                return Err(fail(format!("not reachable within {:.1}s: {last}", timeout.as_secs_f64())));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(200));
@@ -52,13 +43,7 @@ impl StoreClient {
     }
 
     pub fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        let body = self.request(
-            &Enc::new(kind::SET)
-                .bytes(key.as_bytes())
-                .bytes(value)
-                .finish(),
-            Duration::ZERO,
-        )?;
+        let body = self.request(&Enc::new(kind::SET).bytes(key.as_bytes()).bytes(value).finish(), Duration::ZERO)?;
         expect(&body, kind::OK)
     }
 
@@ -86,67 +71,46 @@ impl StoreClient {
 
     /// Adds `delta` to the integer at `key` (0 when unset) and returns the new value.
     pub fn add(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
-        let body = self.request(
-            &Enc::new(kind::ADD)
-                .bytes(key.as_bytes())
-                .u64(delta as u64)
-                .finish(),
-            Duration::ZERO,
-        )?;
+        let body =
+            self.request(&Enc::new(kind::ADD).bytes(key.as_bytes()).u64(delta as u64).finish(), Duration::ZERO)?;
         let mut d = Dec::new(&body)?;
         match d.kind {
             kind::INT => Ok(d.u64()? as i64),
-            _ => Err(StoreError::Protocol(format!(
-                "key {key} does not hold an integer"
-            ))),
+            _ => Err(StoreError::Protocol(format!("key {key} does not hold an integer"))),
         }
     }
 
     /// Opens this rank's monitor connection.
     pub fn monitor(&self, rank: usize) -> Result<Monitor, StoreError> {
-        let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))
-            .map_err(|e| self.broken(e))?;
+        let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(|e| self.broken(e))?;
         let _ = conn.set_nodelay(true);
-        let mut m = Monitor {
-            conn,
-            buf: Vec::new(),
-            lost: false,
-        };
-        m.send(&Enc::new(kind::MONITOR).u64(rank as u64).finish())
-            .map_err(|e| self.broken(e))?;
+        let mut m = Monitor { conn, buf: Vec::new(), lost: false };
+        m.send(&Enc::new(kind::MONITOR).u64(rank as u64).finish()).map_err(|e| self.broken(e))?;
         m.conn.set_nonblocking(true).map_err(|e| self.broken(e))?;
         Ok(m)
     }
 
     fn request(&self, frame: &[u8], server_wait: Duration) -> Result<Vec<u8>, StoreError> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.set_read_timeout(Some(server_wait + REPLY_SLACK))
-            .map_err(|e| self.broken(e))?;
+        conn.set_read_timeout(Some(server_wait + REPLY_SLACK)).map_err(|e| self.broken(e))?;
         conn.write_all(frame).map_err(|e| self.broken(e))?;
         match wire::read_frame(&mut *conn) {
             Ok(Some(body)) => Ok(body),
-            Ok(None) => Err(self.broken(std::io::Error::new(
-                ErrorKind::UnexpectedEof,
-                "the store closed the connection",
-            ))),
+            Ok(None) => {
+                Err(self.broken(std::io::Error::new(ErrorKind::UnexpectedEof, "the store closed the connection")))
+            }
             Err(e) => Err(self.broken(e)),
         }
     }
 
     fn broken(&self, e: std::io::Error) -> StoreError {
-        StoreError::Connection {
-            addr: self.addr.to_string(),
-            detail: e.to_string(),
-        }
+        StoreError::Connection { addr: self.addr.to_string(), detail: e.to_string() }
     }
 }
 
 fn resolve(addr: &str) -> Result<SocketAddr, String> {
-    let mut all = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve: {e}"))?;
-    all.next()
-        .ok_or_else(|| "resolves to no address".to_string())
+    let mut all = addr.to_socket_addrs().map_err(|e| format!("cannot resolve: {e}"))?;
+    all.next().ok_or_else(|| "resolves to no address".to_string())
 }
 
 fn keys_request(k: u8, keys: &[&str], timeout: Duration) -> Vec<u8> {
@@ -169,10 +133,7 @@ fn expect(body: &[u8], want: u8) -> Result<(), StoreError> {
 
 fn timeout_error(d: &mut Dec<'_>, timeout: Duration) -> Result<StoreError, StoreError> {
     let missing = String::from_utf8_lossy(d.bytes()?).into_owned();
-    Ok(StoreError::Timeout {
-        keys: missing.split('\n').map(String::from).collect(),
-        secs: timeout.as_secs_f64(),
-    })
+    Ok(StoreError::Timeout { keys: missing.split('\n').map(String::from).collect(), secs: timeout.as_secs_f64() })
 }
 
 /// This rank's line to the store for the job's life: it hears of dead and failing ranks, and
@@ -219,12 +180,7 @@ impl Monitor {
 
     /// Tells the other ranks that this rank failed because of `culprit`.
     pub fn report_failure(&mut self, culprit: usize, reason: &str) {
-        let _ = self.send(
-            &Enc::new(kind::FAILURE)
-                .u64(culprit as u64)
-                .bytes(reason.as_bytes())
-                .finish(),
-        );
+        let _ = self.send(&Enc::new(kind::FAILURE).u64(culprit as u64).bytes(reason.as_bytes()).finish());
     }
 
     /// Says this rank leaves cleanly; its connection closing afterwards is not a death.
@@ -252,18 +208,12 @@ impl Monitor {
 fn decode_event(body: &[u8]) -> Option<Event> {
     let mut d = Dec::new(body).ok()?;
     match d.kind {
-        kind::EV_DIED => Some(Event::RankDied {
-            rank: d.u64().ok()? as usize,
-        }),
+        kind::EV_DIED => Some(Event::RankDied { rank: d.u64().ok()? as usize }),
         kind::EV_FAILURE => {
             let culprit = d.u64().ok()? as usize;
             let reporter = d.u64().ok()? as usize;
             let reason = String::from_utf8_lossy(d.bytes().ok()?).into_owned();
-            Some(Event::Failure {
-                culprit,
-                reporter,
-                reason,
-            })
+            Some(Event::Failure { culprit, reporter, reason })
         }
         _ => None,
     }

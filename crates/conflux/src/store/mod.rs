@@ -37,11 +37,7 @@ pub enum Event {
     /// The rank's monitor connection closed without a goodbye.
     RankDied { rank: usize },
     /// `reporter` failed an operation because of `culprit`.
-    Failure {
-        culprit: usize,
-        reporter: usize,
-        reason: String,
-    },
+    Failure { culprit: usize, reporter: usize, reason: String },
     /// The store itself went away.
     StoreLost,
 }

@@ -42,10 +42,7 @@ struct State {
 impl StoreServer {
     /// Listens on `addr` (port 0 picks a free one).
     pub fn bind(addr: SocketAddr) -> Result<StoreServer, StoreError> {
-        let err = |e: std::io::Error| StoreError::Connection {
-            addr: addr.to_string(),
-            detail: format!("bind: {e}"),
-        };
+        let err = |e: std::io::Error| StoreError::Connection { addr: addr.to_string(), detail: format!("bind: {e}") };
         let listener = TcpListener::bind(addr).map_err(err)?;
         let addr = listener.local_addr().map_err(err)?;
         let shared = Arc::new(Shared::default());
@@ -54,11 +51,7 @@ impl StoreServer {
             .name("conflux-store".into())
             .spawn(move || accept_loop(listener, s))
             .map_err(err)?;
-        Ok(StoreServer {
-            addr,
-            shared,
-            accept: Some(accept),
-        })
+        Ok(StoreServer { addr, shared, accept: Some(accept) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -71,22 +64,13 @@ impl StoreServer {
         let deadline = Instant::now() + timeout;
         let mut st = self.shared.lock();
         loop {
-            let died = st
-                .history
-                .iter()
-                .filter(|e| matches!(e, Event::RankDied { .. }))
-                .count();
+            let died = st.history.iter().filter(|e| matches!(e, Event::RankDied { .. })).count();
             let gone = st.goodbye.len() + died;
             let now = Instant::now();
             if gone >= world || now >= deadline {
                 return gone;
             }
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.shared.changed.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 }
@@ -135,9 +119,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         };
         shared.lock().conns.push(clone);
         let s = shared.clone();
-        let _ = std::thread::Builder::new()
-            .name("conflux-store-conn".into())
-            .spawn(move || serve(conn, s));
+        let _ = std::thread::Builder::new().name("conflux-store-conn".into()).spawn(move || serve(conn, s));
     }
 }
 
@@ -164,9 +146,7 @@ fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     }
     let _ = conn.shutdown(Shutdown::Both);
     let mut st = shared.lock();
-    st.conns.retain(|c| {
-        c.peer_addr().ok() != conn.peer_addr().ok() || c.local_addr().ok() != conn.local_addr().ok()
-    });
+    st.conns.retain(|c| c.peer_addr().ok() != conn.peer_addr().ok() || c.local_addr().ok() != conn.local_addr().ok());
     if let Some(rank) = monitor_rank {
         st.monitors.remove(&rank);
         if !st.goodbye.contains(&rank) && !st.closing {
@@ -195,19 +175,11 @@ fn handle(
             let k = d.str()?.to_string();
             let delta = d.u64()? as i64;
             let mut st = shared.lock();
-            let cur = st.kv.get(&k).map(|v| {
-                std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|s| s.parse::<i64>().ok())
-            });
+            let cur = st.kv.get(&k).map(|v| std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok()));
             let cur = match cur {
                 None => 0,
                 Some(Some(n)) => n,
-                Some(None) => {
-                    return Ok(Some(
-                        Enc::new(kind::TIMEOUT).bytes(b"not an integer").finish(),
-                    ))
-                }
+                Some(None) => return Ok(Some(Enc::new(kind::TIMEOUT).bytes(b"not an integer").finish())),
             };
             let new = cur.wrapping_add(delta);
             st.kv.insert(k, new.to_string().into_bytes());
@@ -228,12 +200,10 @@ fn handle(
             let deadline = Instant::now() + timeout;
             let mut st = shared.lock();
             loop {
-                let missing: Vec<&String> =
-                    keys.iter().filter(|k| !st.kv.contains_key(*k)).collect();
+                let missing: Vec<&String> = keys.iter().filter(|k| !st.kv.contains_key(*k)).collect();
                 if missing.is_empty() {
                     let reply = if d.kind == kind::GET {
-                        Enc::new(kind::VALUE)
-                            .bytes(keys.first().and_then(|k| st.kv.get(k)).map_or(&[], |v| v))
+                        Enc::new(kind::VALUE).bytes(keys.first().and_then(|k| st.kv.get(k)).map_or(&[], |v| v))
                     } else {
                         Enc::new(kind::OK)
                     };
@@ -241,20 +211,10 @@ fn handle(
                 }
                 let now = Instant::now();
                 if now >= deadline || st.closing {
-                    let list = missing
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    return Ok(Some(
-                        Enc::new(kind::TIMEOUT).bytes(list.as_bytes()).finish(),
-                    ));
+                    let list = missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n");
+                    return Ok(Some(Enc::new(kind::TIMEOUT).bytes(list.as_bytes()).finish()));
                 }
-                st = shared
-                    .changed
-                    .wait_timeout(st, deadline - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                st = shared.changed.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
             }
         }
         kind::MONITOR => {
@@ -270,20 +230,11 @@ fn handle(
             Ok(None)
         }
         kind::FAILURE => {
-            let reporter =
-                monitor_rank.ok_or_else(|| wire::bad("failure report on a plain connection"))?;
+            let reporter = monitor_rank.ok_or_else(|| wire::bad("failure report on a plain connection"))?;
             let culprit = d.u64()? as usize;
             let reason = String::from_utf8_lossy(d.bytes()?).into_owned();
             let mut st = shared.lock();
-            push(
-                &mut st,
-                Event::Failure {
-                    culprit,
-                    reporter,
-                    reason,
-                },
-                Some(reporter),
-            );
+            push(&mut st, Event::Failure { culprit, reporter, reason }, Some(reporter));
             Ok(None)
         }
         kind::GOODBYE => {
@@ -310,15 +261,9 @@ fn push(st: &mut State, ev: Event, except: Option<usize>) {
 fn event_frame(ev: &Event) -> Vec<u8> {
     match ev {
         Event::RankDied { rank } => Enc::new(kind::EV_DIED).u64(*rank as u64).finish(),
-        Event::Failure {
-            culprit,
-            reporter,
-            reason,
-        } => Enc::new(kind::EV_FAILURE)
-            .u64(*culprit as u64)
-            .u64(*reporter as u64)
-            .bytes(reason.as_bytes())
-            .finish(),
+        Event::Failure { culprit, reporter, reason } => {
+            Enc::new(kind::EV_FAILURE).u64(*culprit as u64).u64(*reporter as u64).bytes(reason.as_bytes()).finish()
+        }
         // Only a client concludes this; the server has nothing to send for it.
         Event::StoreLost => Vec::new(),
     }

@@ -33,10 +33,7 @@ fn get_blocks_until_another_client_sets() {
     let a2 = addr.clone();
     let setter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
-        StoreClient::connect(&a2, T)
-            .unwrap()
-            .set("late", b"x")
-            .unwrap();
+        StoreClient::connect(&a2, T).unwrap().set("late", b"x").unwrap();
     });
     assert_eq!(c.get("late", T).unwrap(), b"x");
     setter.join().unwrap();
@@ -48,35 +45,18 @@ fn missing_keys_time_out_and_are_named() {
     let c = StoreClient::connect(&addr, T).unwrap();
     c.set("there", b"1").unwrap();
     let t0 = Instant::now();
-    let e = c
-        .wait(&["there", "absent"], Duration::from_millis(200))
-        .unwrap_err();
+    let e = c.wait(&["there", "absent"], Duration::from_millis(200)).unwrap_err();
     assert!(t0.elapsed() >= Duration::from_millis(200));
-    assert_eq!(
-        e,
-        StoreError::Timeout {
-            keys: vec!["absent".into()],
-            secs: 0.2
-        }
-    );
-    assert!(matches!(
-        c.get("nope", Duration::from_millis(50)),
-        Err(StoreError::Timeout { .. })
-    ));
+    assert_eq!(e, StoreError::Timeout { keys: vec!["absent".into()], secs: 0.2 });
+    assert!(matches!(c.get("nope", Duration::from_millis(50)), Err(StoreError::Timeout { .. })));
     // The connection is still usable after a timeout.
     assert_eq!(c.get("there", T).unwrap(), b"1");
 }
 
 #[test]
 fn connect_fails_with_a_deadline_when_nobody_serves() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let e = StoreClient::connect(&format!("127.0.0.1:{port}"), Duration::from_millis(300))
-        .err()
-        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = StoreClient::connect(&format!("127.0.0.1:{port}"), Duration::from_millis(300)).err().unwrap();
     assert!(matches!(e, StoreError::Connection { .. }), "{e}");
 }
 
@@ -106,14 +86,7 @@ fn monitors_hear_of_deaths_and_failures_but_not_goodbyes() {
     // Late monitors hear of what happened before them.
     assert_eq!(next_event(&mut m3), Event::RankDied { rank: 1 });
     m3.report_failure(1, "gone");
-    assert_eq!(
-        next_event(&mut m0),
-        Event::Failure {
-            culprit: 1,
-            reporter: 3,
-            reason: "gone".into()
-        }
-    );
+    assert_eq!(next_event(&mut m0), Event::Failure { culprit: 1, reporter: 3, reason: "gone".into() });
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(m0.try_event(), None, "a goodbye is not a death");
     m0.goodbye();

@@ -104,10 +104,7 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     }
     let n = u32::from_le_bytes(len) as usize;
     if n == 0 || n > MAX_FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {n} bytes"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {n} bytes")));
     }
     let mut body = vec![0u8; n];
     r.read_exact(&mut body)?;

@@ -44,11 +44,7 @@ pub enum Sink<'a> {
     /// Copied into the buffer.
     Copy(&'a mut [u8]),
     /// Combined into the buffer: `buf[i] = buf[i] op incoming[i]`.
-    Reduce {
-        buf: &'a mut [u8],
-        dtype: DataType,
-        op: ReduceOp,
-    },
+    Reduce { buf: &'a mut [u8], dtype: DataType, op: ReduceOp },
 }
 
 impl Sink<'_> {
@@ -138,11 +134,7 @@ impl RxState {
                     progressed = true;
                     if got_tag == tag {
                         check_len(peer, tag, len, sink.len())?;
-                        self.progress = RxProgress::Matched {
-                            tag,
-                            done: 0,
-                            len: len as usize,
-                        };
+                        self.progress = RxProgress::Matched { tag, done: 0, len: len as usize };
                     } else if got_tag & COLL_BIT != 0 && tag & COLL_BIT != 0 {
                         return Err(LinkError::Mismatch {
                             peer,
@@ -160,18 +152,11 @@ impl RxState {
                             });
                         }
                         let mut data = Vec::new();
-                        data.try_reserve_exact(len as usize)
-                            .map_err(|_| LinkError::Io {
-                                peer,
-                                detail: format!(
-                                    "cannot allocate {len} bytes for an unexpected message"
-                                ),
-                            })?;
-                        self.progress = RxProgress::Stashing {
-                            tag: got_tag,
-                            data,
-                            len: len as usize,
-                        };
+                        data.try_reserve_exact(len as usize).map_err(|_| LinkError::Io {
+                            peer,
+                            detail: format!("cannot allocate {len} bytes for an unexpected message"),
+                        })?;
+                        self.progress = RxProgress::Stashing { tag: got_tag, data, len: len as usize };
                     }
                 }
                 RxProgress::Matched { tag: t, done, len } => {
@@ -229,9 +214,6 @@ fn check_len(peer: usize, tag: u64, got: u64, want: usize) -> Result<(), LinkErr
     }
     Err(LinkError::Mismatch {
         peer,
-        detail: format!(
-            "for {} it sent {got} bytes, this rank expects {want}",
-            describe_tag(tag)
-        ),
+        detail: format!("for {} it sent {got} bytes, this rank expects {want}", describe_tag(tag)),
     })
 }

@@ -37,11 +37,7 @@ pub enum LinkError {
     Mismatch { peer: usize, detail: String },
     /// Another rank saw a failure and told everyone.
     #[error("rank {culprit} failed (reported by rank {reporter}): {reason}")]
-    Remote {
-        culprit: usize,
-        reporter: usize,
-        reason: String,
-    },
+    Remote { culprit: usize, reporter: usize, reason: String },
     /// This rank's communicator was aborted.
     #[error("aborted on this rank")]
     Aborted,
@@ -54,9 +50,9 @@ impl LinkError {
     /// The rank this error blames.
     pub fn peer(&self) -> Option<usize> {
         match self {
-            LinkError::PeerGone { peer, .. }
-            | LinkError::Mismatch { peer, .. }
-            | LinkError::Io { peer, .. } => Some(*peer),
+            LinkError::PeerGone { peer, .. } | LinkError::Mismatch { peer, .. } | LinkError::Io { peer, .. } => {
+                Some(*peer)
+            }
             LinkError::Remote { culprit, .. } => Some(*culprit),
             LinkError::Timeout { peers, .. } => peers.first().copied(),
             LinkError::Aborted => None,
@@ -67,17 +63,9 @@ impl LinkError {
 /// One transfer of a step.
 pub enum Xfer<'a> {
     /// Sends `data` to `peer` as one message tagged `tag`.
-    Send {
-        peer: usize,
-        tag: u64,
-        data: &'a [u8],
-    },
+    Send { peer: usize, tag: u64, data: &'a [u8] },
     /// Receives the next message tagged `tag` from `peer` into `sink`; its length must equal the sink's.
-    Recv {
-        peer: usize,
-        tag: u64,
-        sink: Sink<'a>,
-    },
+    Recv { peer: usize, tag: u64, sink: Sink<'a> },
 }
 
 impl Xfer<'_> {
@@ -105,18 +93,12 @@ pub(crate) struct Link {
 impl Link {
     pub fn shm(seg: &Arc<Segment>, me: usize, peer: usize) -> Link {
         Link {
-            wire: Wire::Shm {
-                tx: ShmTx::new(seg.clone(), me, peer),
-                rx: ShmRx::new(seg.clone(), peer, me),
-            },
+            wire: Wire::Shm { tx: ShmTx::new(seg.clone(), me, peer), rx: ShmRx::new(seg.clone(), peer, me) },
             rx: RxState::default(),
         }
     }
     pub fn tcp(link: TcpLink) -> Link {
-        Link {
-            wire: Wire::Tcp(link),
-            rx: RxState::default(),
-        }
+        Link { wire: Wire::Tcp(link), rx: RxState::default() }
     }
 }
 
@@ -172,10 +154,7 @@ impl Transport {
         if let Some(e) = &self.broken {
             p.buf.finish(Err(e.clone()));
         } else if p.peer == self.rank || p.peer >= self.size || self.links[p.peer].is_none() {
-            p.buf.finish(Err(LinkError::Io {
-                peer: p.peer,
-                detail: "no link to this rank".into(),
-            }));
+            p.buf.finish(Err(LinkError::Io { peer: p.peer, detail: "no link to this rank".into() }));
         } else {
             self.posted.push(p);
         }
@@ -212,9 +191,7 @@ impl Transport {
                 return;
             }
             let (links, posted) = (&self.links, &self.posted);
-            match idle.wait(&mut self.waiter, end, || {
-                interests(links, posted.interests())
-            }) {
+            match idle.wait(&mut self.waiter, end, || interests(links, posted.interests())) {
                 Ok(()) => {}
                 Err(LinkError::Timeout { .. }) => return,
                 Err(e) => {
@@ -230,24 +207,14 @@ impl Transport {
             return Ok(false);
         }
         let links = &mut self.links;
-        self.posted.progress(|peer, x, sp| {
-            step(
-                links[peer].as_mut().expect("checked when posted"),
-                peer,
-                x,
-                sp,
-            )
-        })
+        self.posted.progress(|peer, x, sp| step(links[peer].as_mut().expect("checked when posted"), peer, x, sp))
     }
 
     fn run(&mut self, xfers: &mut [Xfer<'_>], deadline: Instant) -> Result<(), LinkError> {
         for x in xfers.iter() {
             let p = x.peer();
             if p == self.rank || p >= self.size || self.links[p].is_none() {
-                return Err(LinkError::Io {
-                    peer: p,
-                    detail: "no link to this rank".into(),
-                });
+                return Err(LinkError::Io { peer: p, detail: "no link to this rank".into() });
             }
         }
         let mut st = vec![XState::default(); xfers.len()];
@@ -261,8 +228,7 @@ impl Transport {
                 }
                 pending += 1;
                 let (p, send) = (xfers[i].peer(), xfers[i].is_send());
-                let blocked = (0..i)
-                    .any(|j| !st[j].done && xfers[j].peer() == p && xfers[j].is_send() == send)
+                let blocked = (0..i).any(|j| !st[j].done && xfers[j].peer() == p && xfers[j].is_send() == send)
                     || (send && self.posted.holds_send_to(p));
                 if blocked {
                     continue;
@@ -284,13 +250,9 @@ impl Transport {
                 continue;
             }
             let (links, posted) = (&self.links, &self.posted);
-            let open = (0..xfers.len())
-                .filter(|&i| !st[i].done)
-                .map(|i| (xfers[i].peer(), xfers[i].is_send()));
+            let open = (0..xfers.len()).filter(|&i| !st[i].done).map(|i| (xfers[i].peer(), xfers[i].is_send()));
             let open: Vec<(usize, bool)> = open.collect();
-            idle.wait(&mut self.waiter, deadline, || {
-                interests(links, open.into_iter().chain(posted.interests()))
-            })?;
+            idle.wait(&mut self.waiter, deadline, || interests(links, open.into_iter().chain(posted.interests())))?;
         }
     }
 
@@ -311,9 +273,7 @@ impl Transport {
                 idle.progressed(&self.waiter);
                 break Ok(());
             }
-            if let Err(e) = idle.wait(&mut self.waiter, deadline, || {
-                (true, Vec::new(), laggards())
-            }) {
+            if let Err(e) = idle.wait(&mut self.waiter, deadline, || (true, Vec::new(), laggards())) {
                 break Err(e);
             }
         };
@@ -333,11 +293,7 @@ fn interests<'a>(
     for (peer, send) in open {
         match &links[peer].as_ref().expect("checked before waiting").wire {
             Wire::Shm { .. } => shm_pending = true,
-            Wire::Tcp(t) => sockets.push(SocketInterest {
-                fd: t.fd(),
-                read: !send,
-                write: send,
-            }),
+            Wire::Tcp(t) => sockets.push(SocketInterest { fd: t.fd(), read: !send, write: send }),
         }
         if !peers.contains(&peer) {
             peers.push(peer);
@@ -346,20 +302,11 @@ fn interests<'a>(
     (shm_pending, sockets, peers)
 }
 
-fn step(
-    link: &mut Link,
-    peer: usize,
-    x: &mut Xfer<'_>,
-    send: &mut SendProgress,
-) -> Result<(bool, bool), LinkError> {
+fn step(link: &mut Link, peer: usize, x: &mut Xfer<'_>, send: &mut SendProgress) -> Result<(bool, bool), LinkError> {
     match (x, &mut link.wire) {
-        (Xfer::Send { tag, data, .. }, Wire::Shm { tx, .. }) => {
-            Ok(tx.send(*tag, data, send, BUDGET))
-        }
+        (Xfer::Send { tag, data, .. }, Wire::Shm { tx, .. }) => Ok(tx.send(*tag, data, send, BUDGET)),
         (Xfer::Send { tag, data, .. }, Wire::Tcp(t)) => t.send(*tag, data, send),
-        (Xfer::Recv { tag, sink, .. }, Wire::Shm { rx, .. }) => {
-            link.rx.step(rx, peer, *tag, sink, BUDGET)
-        }
+        (Xfer::Recv { tag, sink, .. }, Wire::Shm { rx, .. }) => link.rx.step(rx, peer, *tag, sink, BUDGET),
         (Xfer::Recv { tag, sink, .. }, Wire::Tcp(t)) => link.rx.step(t, peer, *tag, sink, BUDGET),
     }
 }

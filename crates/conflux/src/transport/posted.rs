@@ -38,13 +38,7 @@ pub(crate) struct Posted {
 }
 
 impl Posted {
-    pub fn new(
-        peer: usize,
-        tag: u64,
-        send: bool,
-        deadline: Instant,
-        buf: Box<dyn PostedBuf>,
-    ) -> Posted {
+    pub fn new(peer: usize, tag: u64, send: bool, deadline: Instant, buf: Box<dyn PostedBuf>) -> Posted {
         Posted {
             peer,
             tag,
@@ -98,25 +92,14 @@ impl PostedQueue {
             }
             let p = &mut self.items[i];
             if now >= p.deadline {
-                return Err(LinkError::Timeout {
-                    peers: vec![peer],
-                    secs: (now - p.posted_at).as_secs_f64(),
-                });
+                return Err(LinkError::Timeout { peers: vec![peer], secs: (now - p.posted_at).as_secs_f64() });
             }
             let tag = p.tag;
             let (prog, done) = if send {
-                let mut x = Xfer::Send {
-                    peer,
-                    tag,
-                    data: p.buf.bytes(),
-                };
+                let mut x = Xfer::Send { peer, tag, data: p.buf.bytes() };
                 step(peer, &mut x, &mut p.progress)?
             } else {
-                let mut x = Xfer::Recv {
-                    peer,
-                    tag,
-                    sink: Sink::Copy(p.buf.bytes_mut()),
-                };
+                let mut x = Xfer::Recv { peer, tag, sink: Sink::Copy(p.buf.bytes_mut()) };
                 step(peer, &mut x, &mut p.progress)?
             };
             progressed |= prog;

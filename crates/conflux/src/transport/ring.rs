@@ -76,21 +76,13 @@ impl ShmTx {
 
     fn publish(&mut self, advance: usize) {
         self.tail += advance as u64;
-        self.seg
-            .u64_at(self.tail_off)
-            .store(self.tail, Ordering::Release);
+        self.seg.u64_at(self.tail_off).store(self.tail, Ordering::Release);
         ring_doorbell(&self.seg, self.to);
     }
 
     /// Writes as much of the message as fits, up to about `budget` payload bytes. Returns
     /// (progressed, finished).
-    pub fn send(
-        &mut self,
-        tag: u64,
-        data: &[u8],
-        st: &mut SendProgress,
-        budget: usize,
-    ) -> (bool, bool) {
+    pub fn send(&mut self, tag: u64, data: &[u8], st: &mut SendProgress, budget: usize) -> (bool, bool) {
         let cap = self.seg.layout.ring_cap as u64;
         let mut claimed = 0usize;
         let mut progressed = false;
@@ -101,8 +93,7 @@ impl ShmTx {
             let at = self.data_off + (self.tail % cap) as usize;
             // SAFETY: the RECORD bytes at our tail are free ring space (checked above), which
             // only the sender touches until it publishes them.
-            unsafe { self.seg.bytes_mut(at, HEADER) }
-                .copy_from_slice(&encode_header(tag, data.len()));
+            unsafe { self.seg.bytes_mut(at, HEADER) }.copy_from_slice(&encode_header(tag, data.len()));
             st.header_done = true;
             claimed = RECORD;
             progressed = true;
@@ -112,11 +103,7 @@ impl ShmTx {
             let free = self.free_after(claimed);
             let remaining = data.len() - st.done;
             // A piece is the rest of the payload or a whole number of records.
-            let n = if round_up(remaining) <= free {
-                remaining
-            } else {
-                free
-            };
+            let n = if round_up(remaining) <= free { remaining } else { free };
             let n = n.min(round_up(budget - moved));
             if n == 0 {
                 break;
@@ -192,9 +179,7 @@ impl ByteSource for ShmRx {
             return;
         }
         self.head += n as u64;
-        self.seg
-            .u64_at(self.head_off)
-            .store(self.head, Ordering::Release);
+        self.seg.u64_at(self.head_off).store(self.head, Ordering::Release);
         ring_doorbell(&self.seg, self.from);
     }
 }
@@ -225,19 +210,12 @@ mod tests {
                     sent = tx.send(m as u64, &data, &mut st, budget).1;
                 }
                 let mut sink = if reduce {
-                    Sink::Reduce {
-                        buf: &mut got,
-                        dtype: DataType::I32,
-                        op: ReduceOp::Sum,
-                    }
+                    Sink::Reduce { buf: &mut got, dtype: DataType::I32, op: ReduceOp::Sum }
                 } else {
                     Sink::Copy(&mut got)
                 };
                 if !received {
-                    received = rxs
-                        .step(&mut rx, 0, m as u64, &mut sink, budget.max(3) - 3)
-                        .unwrap()
-                        .1;
+                    received = rxs.step(&mut rx, 0, m as u64, &mut sink, budget.max(3) - 3).unwrap().1;
                 }
                 rounds += 1;
                 assert!(rounds < 100_000, "no progress");

@@ -56,16 +56,7 @@ impl Layout {
         let ring_data = round_up(ring_ctl + ranks * ranks * 2 * LINE, PAGE);
         let direct = ring_data + ranks * ranks * ring_cap;
         let total = direct + (2 * ranks + 2) * chunk;
-        Layout {
-            ranks,
-            ring_cap,
-            chunk,
-            rank_ctl,
-            ring_ctl,
-            ring_data,
-            direct,
-            total,
-        }
+        Layout { ranks, ring_cap, chunk, rank_ctl, ring_ctl, ring_data, direct, total }
     }
     pub fn doorbell(&self, i: usize) -> usize {
         self.rank_ctl + i * 5 * LINE
@@ -114,18 +105,10 @@ impl Segment {
         let file = File::from(fd);
         file.set_len(layout.total as u64)?;
         let seg = Segment::map(file, layout)?;
-        for (i, v) in [
-            MAGIC,
-            VERSION,
-            layout.ranks as u64,
-            layout.ring_cap as u64,
-            layout.chunk as u64,
-        ]
-        .into_iter()
-        .enumerate()
+        for (i, v) in
+            [MAGIC, VERSION, layout.ranks as u64, layout.ring_cap as u64, layout.chunk as u64].into_iter().enumerate()
         {
-            seg.u64_at(i * 8)
-                .store(v, std::sync::atomic::Ordering::Release);
+            seg.u64_at(i * 8).store(v, std::sync::atomic::Ordering::Release);
         }
         Ok(seg)
     }
@@ -138,18 +121,10 @@ impl Segment {
             return Err(std::io::Error::other(format!("{path} has the wrong size")));
         }
         let seg = Segment::map(file, layout)?;
-        let expect = [
-            MAGIC,
-            VERSION,
-            layout.ranks as u64,
-            layout.ring_cap as u64,
-            layout.chunk as u64,
-        ];
+        let expect = [MAGIC, VERSION, layout.ranks as u64, layout.ring_cap as u64, layout.chunk as u64];
         for (i, v) in expect.into_iter().enumerate() {
             if seg.u64_at(i * 8).load(std::sync::atomic::Ordering::Acquire) != v {
-                return Err(std::io::Error::other(format!(
-                    "{path} is not this job's segment"
-                )));
+                return Err(std::io::Error::other(format!("{path} is not this job's segment")));
             }
         }
         Ok(seg)
@@ -167,10 +142,7 @@ impl Segment {
 
     fn check(&self, off: usize, len: usize, align: usize) {
         // A violation is a bug in this crate's offset arithmetic, never a user input.
-        assert!(
-            off.is_multiple_of(align)
-                && off.checked_add(len).is_some_and(|e| e <= self.layout.total)
-        );
+        assert!(off.is_multiple_of(align) && off.checked_add(len).is_some_and(|e| e <= self.layout.total));
     }
 
     pub fn u32_at(&self, off: usize) -> &AtomicU32 {

@@ -36,15 +36,7 @@ pub(crate) fn tune_socket(stream: &TcpStream, bufsize: usize) -> std::io::Result
 impl TcpLink {
     pub fn new(stream: TcpStream, peer: usize, chunk: usize) -> std::io::Result<TcpLink> {
         stream.set_nonblocking(true)?;
-        Ok(TcpLink {
-            stream,
-            peer,
-            chunk,
-            rx: vec![0; chunk.max(4096)],
-            rx_start: 0,
-            rx_end: 0,
-            eof_with: None,
-        })
+        Ok(TcpLink { stream, peer, chunk, rx: vec![0; chunk.max(4096)], rx_start: 0, rx_end: 0, eof_with: None })
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -56,24 +48,15 @@ impl TcpLink {
             ErrorKind::BrokenPipe
             | ErrorKind::ConnectionReset
             | ErrorKind::ConnectionAborted
-            | ErrorKind::UnexpectedEof => LinkError::PeerGone {
-                peer: self.peer,
-                detail: format!("its TCP connection broke ({e})"),
-            },
-            _ => LinkError::Io {
-                peer: self.peer,
-                detail: e.to_string(),
-            },
+            | ErrorKind::UnexpectedEof => {
+                LinkError::PeerGone { peer: self.peer, detail: format!("its TCP connection broke ({e})") }
+            }
+            _ => LinkError::Io { peer: self.peer, detail: e.to_string() },
         }
     }
 
     /// Writes as much of the message as the socket takes now. Returns (progressed, finished).
-    pub fn send(
-        &mut self,
-        tag: u64,
-        data: &[u8],
-        st: &mut SendProgress,
-    ) -> Result<(bool, bool), LinkError> {
+    pub fn send(&mut self, tag: u64, data: &[u8], st: &mut SendProgress) -> Result<(bool, bool), LinkError> {
         let header = encode_header(tag, data.len());
         let mut progressed = false;
         loop {
@@ -84,10 +67,7 @@ impl TcpLink {
                 return Ok((progressed, true));
             }
             let pay = &data[pay_at..(pay_at + self.chunk).min(data.len())];
-            let bufs = [
-                IoSlice::new(&header[HEADER - hdr_left..]),
-                IoSlice::new(pay),
-            ];
+            let bufs = [IoSlice::new(&header[HEADER - hdr_left..]), IoSlice::new(pay)];
             match self.stream.write_vectored(&bufs) {
                 Ok(0) => return Err(self.io_err(ErrorKind::WriteZero.into())),
                 Ok(mut n) => {

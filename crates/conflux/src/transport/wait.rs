@@ -102,19 +102,15 @@ impl Waiter {
     /// one more progress pass after this and call `sleep` only if that pass did nothing.
     pub fn arm(&self) -> u32 {
         let Some(seg) = &self.seg else { return 0 };
-        let v = seg
-            .u32_at(seg.layout.doorbell(self.me_local))
-            .load(Ordering::Acquire);
-        seg.u32_at(seg.layout.sleeping(self.me_local))
-            .store(1, Ordering::Relaxed);
+        let v = seg.u32_at(seg.layout.doorbell(self.me_local)).load(Ordering::Acquire);
+        seg.u32_at(seg.layout.sleeping(self.me_local)).store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         v
     }
 
     pub fn disarm(&self) {
         if let Some(seg) = &self.seg {
-            seg.u32_at(seg.layout.sleeping(self.me_local))
-                .store(0, Ordering::Relaxed);
+            seg.u32_at(seg.layout.sleeping(self.me_local)).store(0, Ordering::Relaxed);
         }
     }
 
@@ -127,11 +123,7 @@ impl Waiter {
         deadline: Instant,
     ) -> Result<(), LinkError> {
         let now = Instant::now();
-        let slice = if sockets.is_empty() || !shm_pending {
-            SLICE
-        } else {
-            MIXED_SLICE
-        };
+        let slice = if sockets.is_empty() || !shm_pending { SLICE } else { MIXED_SLICE };
         let wait = slice.min(deadline.saturating_duration_since(now));
         if !sockets.is_empty() {
             let mut fds: Vec<PollFd<'_>> = sockets
@@ -150,16 +142,10 @@ impl Waiter {
             if let Some(m) = &self.monitor {
                 fds.push(PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN));
             }
-            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            });
+            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
             let _ = poll(&mut fds, Some(&ts));
         } else if let Some(seg) = &self.seg {
-            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            });
+            let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
             let bell_word = seg.u32_at(seg.layout.doorbell(self.me_local));
             // EAGAIN (the bell rang already), ETIMEDOUT and EINTR all just mean "look again".
             let _ = futex::wait(bell_word, futex::Flags::empty(), bell, Some(&ts));
@@ -196,32 +182,18 @@ impl Waiter {
     /// awaited at the next look, after another progress pass.
     pub fn check_liveness(&mut self, awaited: &[usize]) -> Result<(), LinkError> {
         if !self.pidfds.is_empty() {
-            let mut fds: Vec<PollFd<'_>> = self
-                .pidfds
-                .iter()
-                .map(|(_, fd)| PollFd::new(fd, PollFlags::IN))
-                .collect();
-            let zero = rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
+            let mut fds: Vec<PollFd<'_>> = self.pidfds.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)).collect();
+            let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
             if poll(&mut fds, Some(&zero)).unwrap_or(0) > 0 {
-                let exited: Vec<usize> = fds
-                    .iter()
-                    .zip(&self.pidfds)
-                    .filter(|(f, _)| !f.revents().is_empty())
-                    .map(|(_, p)| p.0)
-                    .collect();
+                let exited: Vec<usize> =
+                    fds.iter().zip(&self.pidfds).filter(|(f, _)| !f.revents().is_empty()).map(|(_, p)| p.0).collect();
                 drop(fds);
                 for peer in exited {
                     if !awaited.contains(&peer) {
                         continue;
                     }
                     if self.exited_seen.contains(&peer) {
-                        return Err(LinkError::PeerGone {
-                            peer,
-                            detail: "its process exited".into(),
-                        });
+                        return Err(LinkError::PeerGone { peer, detail: "its process exited".into() });
                     }
                     self.exited_seen.push(peer);
                     // Look again soon rather than a whole slice later.
@@ -235,8 +207,9 @@ impl Waiter {
                 return Err(match ev {
                     Event::RankDied { rank } => LinkError::PeerGone {
                         peer: rank,
-                        detail: "its connection to the job's store closed (the process died or its host is unreachable)"
-                            .into(),
+                        detail:
+                            "its connection to the job's store closed (the process died or its host is unreachable)"
+                                .into(),
                     },
                     Event::Failure { culprit, reporter, reason } => LinkError::Remote { culprit, reporter, reason },
                     Event::StoreLost => LinkError::PeerGone {
@@ -271,16 +244,8 @@ impl Waiter {
                             detail: format!("it died (and rank {peer} left after it)"),
                         };
                     }
-                    Event::Failure {
-                        culprit,
-                        reporter,
-                        reason,
-                    } if culprit != peer => {
-                        return LinkError::Remote {
-                            culprit,
-                            reporter,
-                            reason,
-                        };
+                    Event::Failure { culprit, reporter, reason } if culprit != peer => {
+                        return LinkError::Remote { culprit, reporter, reason };
                     }
                     Event::Failure { .. } => {}
                     Event::RankDied { .. } | Event::StoreLost => return e,
@@ -292,10 +257,7 @@ impl Waiter {
             }
             let mut fds = [PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN)];
             let ts =
-                rustix::time::Timespec::try_from(end - now).unwrap_or(rustix::time::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                });
+                rustix::time::Timespec::try_from(end - now).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
             let _ = poll(&mut fds, Some(&ts));
         }
     }
@@ -352,10 +314,7 @@ impl Idle {
             self.armed = None;
             let (_, _, peers) = what();
             w.check(deadline, true, || peers.clone())?;
-            return Err(LinkError::Timeout {
-                peers,
-                secs: now.duration_since(since).as_secs_f64(),
-            });
+            return Err(LinkError::Timeout { peers, secs: now.duration_since(since).as_secs_f64() });
         }
         if now.duration_since(since) < w.spin {
             w.check(deadline, false, || what().2)?;
