@@ -10,8 +10,7 @@ use common::*;
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn job(n: usize, scenario: &str, transport: &str) {
-    let out = run_job(n, &[scenario], &[("CONFLUX_TRANSPORT", transport), ("CONFLUX_TIMEOUT_S", "30")], LIMIT);
-    assert_all_passed(&out, n);
+    run_checks(n, scenario, transport, "30", LIMIT);
 }
 
 #[test]

@@ -10,8 +10,7 @@ use common::*;
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn colls(n: usize, transport: &str, scenario: &str) {
-    let out = run_job(n, &[scenario], &[("CONFLUX_TRANSPORT", transport), ("CONFLUX_TIMEOUT_S", "60")], LIMIT);
-    assert_all_passed(&out, n);
+    run_checks(n, scenario, transport, "60", LIMIT);
 }
 
 #[test]

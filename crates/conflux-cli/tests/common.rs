@@ -50,6 +50,12 @@ pub fn run_job(n: usize, args: &[&str], env: &[(&str, &str)], limit: Duration) -
     wait_output(child, limit).0
 }
 
+/// Runs `conflux-check SCENARIO` as a job of `n` over `transport` and asserts every check passed.
+pub fn run_checks(n: usize, scenario: &str, transport: &str, timeout_s: &str, limit: Duration) {
+    let out = run_job(n, &[scenario], &[("CONFLUX_TRANSPORT", transport), ("CONFLUX_TIMEOUT_S", timeout_s)], limit);
+    assert_all_passed(&out, n);
+}
+
 /// Asserts that a job ran every rank's checks and none failed.
 pub fn assert_all_passed(out: &Output, n: usize) {
     let t = text(out);

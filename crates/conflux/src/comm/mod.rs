@@ -192,6 +192,14 @@ impl Communicator {
         Ok(())
     }
 
+    /// `what` (a buffer of `len` elements) must hold one block of `n` per rank.
+    fn check_ranks_times(&self, what: &str, len: usize, n: usize) -> Result<()> {
+        if len == n * self.size() {
+            return Ok(());
+        }
+        Err(invalid(format!("{what} has {len} elements, expected {} ({} ranks x {n})", n * self.size(), self.size())))
+    }
+
     fn check_peer(&self, peer: usize) -> Result<()> {
         self.check_root(peer, "peer")?;
         if peer == self.rank() {
@@ -294,14 +302,7 @@ impl Communicator {
     /// `recv` (size x send.len()) gets every rank's `send`, in rank order.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = send.len();
-        if recv.len() != n * self.size() {
-            return Err(invalid(format!(
-                "all_gather: recv has {} elements, expected {} ({} ranks x {n})",
-                recv.len(),
-                n * self.size(),
-                self.size()
-            )));
-        }
+        self.check_ranks_times("all_gather: recv", recv.len(), n)?;
         recv[self.rank() * n..(self.rank() + 1) * n].copy_from_slice(send);
         self.all_gather_in_place(recv)
     }
@@ -324,14 +325,7 @@ impl Communicator {
     /// `recv` (n elements) gets block `rank` of the reduction of every rank's `send` (size x n).
     pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         let n = recv.len();
-        if send.len() != n * self.size() {
-            return Err(invalid(format!(
-                "reduce_scatter: send has {} elements, expected {} ({} ranks x {n})",
-                send.len(),
-                n * self.size(),
-                self.size()
-            )));
-        }
+        self.check_ranks_times("reduce_scatter: send", send.len(), n)?;
         let mut work = send.to_vec();
         self.reduce_scatter_in_place(&mut work, op)?;
         recv.copy_from_slice(&work[self.rank() * n..(self.rank() + 1) * n]);
