@@ -74,6 +74,9 @@ pub struct Config {
     /// How long a waiting rank spins before it blocks (`CONFLUX_SPIN_US`; default 50, or 5 when
     /// the host runs more local ranks than it has cores).
     pub spin: Option<Duration>,
+    /// Bytes a gradient bucket holds before the `Bucketer` launches it (`CONFLUX_BUCKET_MB`,
+    /// default 25, as DDP's bucket_cap_mb).
+    pub bucket_bytes: usize,
 }
 
 impl Default for Config {
@@ -89,6 +92,7 @@ impl Default for Config {
             tcp_inflight: 8,
             socket_buf_bytes: None,
             spin: None,
+            bucket_bytes: 25 << 20,
         }
     }
 }
@@ -117,6 +121,13 @@ impl Config {
         size_var("CONFLUX_TCP_INFLIGHT", &mut c.tcp_inflight)?;
         if let Some(v) = var("CONFLUX_SOCKET_BUF") {
             c.socket_buf_bytes = Some(parse_size(&v).ok_or_else(|| bad("CONFLUX_SOCKET_BUF", &v))? as usize);
+        }
+        if let Some(v) = var("CONFLUX_BUCKET_MB") {
+            let mb: f64 = v.parse().map_err(|_| bad("CONFLUX_BUCKET_MB", &v))?;
+            if !(mb > 0.0 && mb <= 4096.0) {
+                return Err(bad("CONFLUX_BUCKET_MB", &v));
+            }
+            c.bucket_bytes = (mb * (1 << 20) as f64) as usize;
         }
         if let Some(v) = var("CONFLUX_SPIN_US") {
             let us: u64 = v.parse().map_err(|_| bad("CONFLUX_SPIN_US", &v))?;

@@ -14,6 +14,9 @@ pub enum Error {
     /// The operation could not complete on the links; names the operation and the peer.
     #[error("{op}: {source}")]
     Link { op: String, source: LinkError },
+    /// Ranks made different calls where they must make the same one (e.g. creating a group).
+    #[error("ranks disagree: {0}")]
+    Mismatch(String),
     /// The communicator was shut down or aborted; no more operations run on it.
     #[error("communicator is closed: {0}")]
     Closed(String),

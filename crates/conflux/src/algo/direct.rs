@@ -97,9 +97,7 @@ pub(crate) fn all_reduce(
                     peer: k,
                     detail: format!("it called {}, this rank {}", describe_text(theirs), describe_text(desc)),
                 };
-                t.waiter.report(&e);
-                t.broken = Some(e.clone());
-                return Err(e);
+                return Err(t.fail(e));
             }
         }
         // SAFETY: every rank posted gen, so every slot of parity p holds this chunk and none is
@@ -128,5 +126,6 @@ pub(crate) fn all_reduce(
         if at >= total {
             return Ok(());
         }
+        t.give_way();
     }
 }

@@ -65,15 +65,18 @@ pub(crate) struct Built {
     pub local_ranks: Vec<usize>,
 }
 
-pub(crate) fn build(
-    store: &StoreClient,
-    store_addr: SocketAddr,
-    prefix: &str,
-    rank: usize,
-    size: usize,
-    cfg: &Config,
-    abort: Arc<AtomicBool>,
-) -> Result<Built> {
+/// Where a communicator meets: the store, the key prefix that is its own, the global rank of
+/// each of its ranks, and the monitor channel this rank's transport listens on.
+pub(crate) struct Meeting<'a> {
+    pub store: &'a StoreClient,
+    pub store_addr: SocketAddr,
+    pub prefix: &'a str,
+    pub world: Arc<[usize]>,
+    pub channel: u64,
+}
+
+pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, abort: Arc<AtomicBool>) -> Result<Built> {
+    let (store, store_addr, prefix) = (at.store, at.store_addr, at.prefix);
     let deadline = Instant::now() + cfg.timeout;
     let ip =
         local_ip_towards(store_addr).map_err(|e| Error::setup("finding the local address towards the store", e))?;
@@ -133,28 +136,16 @@ pub(crate) fn build(
             }
         }
     }
-    let monitor = store.monitor(rank)?;
+    let monitor = store.monitor(at.world[rank], at.channel)?;
     let oversubscribed = local_ranks.len() > std::thread::available_parallelism().map_or(1, |n| n.get());
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(5) } else { Duration::from_micros(50) });
-    let waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), abort, spin, oversubscribed);
+    let waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
 
     store.set(&format!("{prefix}/ready/{rank}"), b"1")?;
     let keys: Vec<String> = (0..size).map(|r| format!("{prefix}/ready/{r}")).collect();
     let keys: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
     store.wait(&keys, left(deadline))?;
-    Ok(Built {
-        transport: Transport {
-            rank,
-            size,
-            links,
-            waiter,
-            broken: None,
-            direct_gen: 0,
-            seq: 0,
-            posted: Default::default(),
-        },
-        local_ranks,
-    })
+    Ok(Built { transport: Transport::new(rank, size, links, waiter), local_ranks })
 }
 
 fn left(deadline: Instant) -> Duration {

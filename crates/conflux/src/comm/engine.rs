@@ -51,7 +51,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Engine {
-    pub fn start(transport: Transport, rank: usize) -> Result<(Arc<Engine>, JoinHandle<()>)> {
+    /// Starts the engine of one lane (0 normal, 1 high priority) of global rank `rank`.
+    pub fn start(transport: Transport, rank: usize, lane: usize) -> Result<(Arc<Engine>, JoinHandle<()>)> {
         let engine = Arc::new(Engine {
             queue: Mutex::new(Queue {
                 issued: 0,
@@ -66,7 +67,7 @@ impl Engine {
         });
         let e = engine.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("conflux-engine-r{rank}"))
+            .name(format!("conflux-r{rank}-lane{lane}"))
             .spawn(move || e.serve())
             .map_err(|err| Error::setup("starting the progress engine thread", err))?;
         Ok((engine, thread))

@@ -1,25 +1,28 @@
 //! The communicator: the ranks of one job, their links, and the collectives a user calls.
 
 mod bootstrap;
+mod core;
 mod engine;
+mod fusion;
+mod group;
 mod ops;
+mod session;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use self::core::Priority;
 pub use engine::Work;
+pub use fusion::Bucketer;
 
-use crate::config::{env_usize, var, AlgoChoice, Config};
+use crate::config::{env_usize, var, Config};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
-use crate::store::{StoreClient, StoreServer};
-use crate::transport::wait::Waiter;
-use crate::transport::{LinkError, Posted, PostedBuf, Segment, Transport};
-use bootstrap::resolve;
-use engine::{Completer, Engine};
+use crate::transport::{LinkError, Posted, PostedBuf, Transport};
+use engine::Completer;
 use ops::{Coll, Plan};
+use self::core::{Core, HighBusy, Lane};
+use session::Session;
 
 /// Explicit construction: rank, size, store address and options.
 #[derive(Debug, Clone)]
@@ -55,20 +58,13 @@ impl CommBuilder {
     }
 }
 
-/// A group of ranks that run collectives together. Dropping it shuts it down cleanly.
+/// A group of ranks that run collectives together: the whole job, or a sub-group made by
+/// [`Communicator::new_group`] or [`Communicator::split`]. Dropping the last handle shuts it
+/// down cleanly. Errors name global ranks (the job's), also in sub-groups.
 pub struct Communicator {
-    plan: Plan,
-    local_rank: usize,
-    local_size: usize,
-    engine: Arc<Engine>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    abort: Arc<AtomicBool>,
-    closed: Mutex<Option<String>>,
-    /// This host's shared segment and our index in it, so abort can wake a sleeping engine
-    /// without waiting for the transport.
-    doorbell: Option<(Arc<Segment>, usize)>,
-    server: Option<StoreServer>,
-    _store: Option<StoreClient>,
+    core: Arc<Core>,
+    /// Which lane this handle's operations use (see [`Communicator::with_priority`]).
+    lane: usize,
 }
 
 fn bytes<T: Element>(s: &[T]) -> &[u8] {
@@ -112,77 +108,63 @@ impl Communicator {
         if size == 0 || rank >= size {
             return Err(invalid(format!("rank {rank} is not in a world of size {size}")));
         }
-        let abort = Arc::new(AtomicBool::new(false));
-        let (transport, server, client, local_rank, local_size, direct_ok) = if size == 1 {
-            let waiter = Waiter::new(None, 0, Vec::new(), None, abort.clone(), Duration::ZERO, false);
-            let t = Transport {
-                rank,
-                size,
-                links: vec![None],
-                waiter,
-                broken: None,
-                direct_gen: 0,
-                seq: 0,
-                posted: Default::default(),
-            };
-            (t, None, None, 0, 1, false)
-        } else {
-            let addr_s = store.ok_or_else(|| Error::Config("a store address is needed when size > 1".into()))?;
-            let addr = resolve(&addr_s)?;
-            let server = if rank == 0 { Some(StoreServer::bind(addr)?) } else { None };
-            let client = StoreClient::connect(&addr_s, config.timeout)?;
-            let built = bootstrap::build(&client, addr, "conflux", rank, size, &config, abort.clone())?;
-            let local_rank = built.local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
-            let direct_ok = built.transport.waiter.seg.is_some() && built.local_ranks.len() == size;
-            tracing::info!(rank, size, local = built.local_ranks.len(), direct_ok, "communicator ready");
-            (built.transport, server, Some(client), local_rank, built.local_ranks.len(), direct_ok)
-        };
-        if config.algo == AlgoChoice::Direct && size > 1 && !direct_ok {
-            return Err(Error::Config("CONFLUX_ALGO=direct needs every rank on one host with shared memory".into()));
-        }
-        let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, direct_ok };
-        let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
-        let (engine, thread) = Engine::start(transport, rank)?;
-        Ok(Communicator {
-            plan,
-            local_rank,
-            local_size,
-            engine,
-            thread: Mutex::new(Some(thread)),
-            abort,
-            closed: Mutex::new(None),
-            doorbell,
-            server,
-            _store: client,
-        })
+        let session = Arc::new(Session::open(rank, size, store, config.timeout)?);
+        let world: Arc<[usize]> = (0..size).collect();
+        let core = Core::new(session, "conflux".into(), world, rank, config, true)?;
+        Ok(Communicator { core: Arc::new(core), lane: 0 })
     }
 
+    /// A handle on this same communicator whose operations run at `priority`. Operations of
+    /// one priority run in the order they were issued, on every rank; a high-priority one is
+    /// not held back by normal ones issued before it, and may finish first. Ranks must issue
+    /// the operations of each priority in the same order.
+    pub fn with_priority(&self, priority: Priority) -> Communicator {
+        Communicator { core: self.core.clone(), lane: priority.lane() }
+    }
+
+    pub fn priority(&self) -> Priority {
+        if self.lane == 0 {
+            Priority::Normal
+        } else {
+            Priority::High
+        }
+    }
+
+    fn lane(&self) -> &Lane {
+        &self.core.lanes[self.lane]
+    }
+
+    /// The global rank (in the job) of each rank of this communicator.
+    pub fn world_ranks(&self) -> &[usize] {
+        &self.core.world
+    }
+
+    /// This rank's rank in this communicator.
     pub fn rank(&self) -> usize {
-        self.plan.rank
+        self.core.rank
     }
     pub fn size(&self) -> usize {
-        self.plan.size
+        self.core.size()
     }
-    /// This rank's index among the ranks of its host.
+    /// This rank's index among the ranks of this communicator on its host.
     pub fn local_rank(&self) -> usize {
-        self.local_rank
+        self.core.local_rank
     }
-    /// How many ranks share this host (and its shared segment, unless CONFLUX_TRANSPORT=tcp).
+    /// How many ranks of this communicator share this host (and its shared segment, unless
+    /// CONFLUX_TRANSPORT=tcp).
     pub fn local_size(&self) -> usize {
-        self.local_size
+        self.core.local_size
     }
     pub fn timeout(&self) -> Duration {
-        self.plan.timeout
+        self.core.config.timeout
+    }
+    /// The settings this communicator was built with.
+    pub fn config(&self) -> &Config {
+        &self.core.config
     }
 
     fn usable(&self) -> Result<()> {
-        if let Some(why) = &*self.closed.lock().unwrap_or_else(|p| p.into_inner()) {
-            return Err(Error::Closed(why.clone()));
-        }
-        if self.abort.load(Ordering::Relaxed) {
-            return Err(Error::Closed("aborted".into()));
-        }
-        Ok(())
+        self.core.usable()
     }
 
     fn check_root(&self, root: usize, what: &str) -> Result<()> {
@@ -210,8 +192,9 @@ impl Communicator {
 
     fn blocking(&self, coll: Coll<'_>, dtype: DataType) -> Result<()> {
         self.usable()?;
-        let plan = self.plan;
-        self.engine.run_inline(|t| ops::run(t, &plan, coll, dtype))
+        let lane = self.lane();
+        let _busy = HighBusy::new(&self.core, self.lane);
+        lane.engine.run_inline(|t| ops::run(t, &lane.plan, coll, dtype))
     }
 
     fn spawn<T: Send + 'static>(
@@ -224,8 +207,13 @@ impl Communicator {
             done.complete(Err(e));
             return work;
         }
-        let plan = self.plan;
-        self.engine.submit(Box::new(move |t| done.complete(job(t, &plan))));
+        let plan = self.lane().plan;
+        let core = self.core.clone();
+        let lane = self.lane;
+        self.lane().engine.submit(Box::new(move |t| {
+            let _busy = HighBusy::new(&core, lane);
+            done.complete(job(t, &plan))
+        }));
         work
     }
 
@@ -468,9 +456,9 @@ impl Communicator {
             done.complete(Err(e));
             return work;
         }
-        let deadline = Instant::now() + self.plan.timeout;
+        let deadline = Instant::now() + self.timeout();
         let posted = Box::new(PostedVec { buf, done, what });
-        self.engine.submit(Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
+        self.lane().engine.submit(Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
         work
     }
 
@@ -485,52 +473,18 @@ impl Communicator {
 
     // ---- life cycle -------------------------------------------------------------------------
 
-    /// Stops every pending and future operation of this communicator on this rank; they fail
-    /// with `Closed("aborted")` or a link error. Callable from any thread; never blocks.
+    /// Stops every pending and future operation of this communicator (both priorities) on this
+    /// rank; they fail with `Closed("aborted")` or a link error. Callable from any thread; never
+    /// blocks. Sub-groups are separate communicators, aborted on their own.
     pub fn abort(&self) {
-        self.abort.store(true, Ordering::SeqCst);
-        // The engine may be asleep on its doorbell; sockets are polled in short slices.
-        if let Some((seg, me)) = &self.doorbell {
-            Waiter::wake_self(seg, *me);
-        }
+        self.core.abort();
     }
 
     /// Finishes what was issued, says goodbye to the other ranks and closes the links. Later
-    /// calls fail with `Closed`. Dropping the communicator does the same.
+    /// calls fail with `Closed`. Dropping the last handle does the same. Shut sub-groups down
+    /// before the communicator they came from: the job's goodbye lets rank 0 stop the store.
     pub fn shutdown(&self) -> Result<()> {
-        {
-            let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
-            if closed.is_some() {
-                return Ok(());
-            }
-            *closed = Some("shut down".into());
-        }
-        let drained = self.engine.drain(self.plan.timeout);
-        self.engine.stop();
-        if let Some(th) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            if drained {
-                let _ = th.join();
-            }
-        }
-        let mut t = self.engine.transport();
-        if let Some(m) = &mut t.waiter.monitor {
-            m.goodbye();
-        }
-        if let Some(server) = &self.server {
-            // Keep serving the store until every rank has left, so none sees it vanish.
-            server.wait_goodbyes(self.plan.size, self.plan.timeout);
-        }
-        if drained {
-            Ok(())
-        } else {
-            Err(Error::Closed(format!("operations still running after {:?}", self.plan.timeout)))
-        }
-    }
-}
-
-impl Drop for Communicator {
-    fn drop(&mut self) {
-        let _ = self.shutdown();
+        self.core.shutdown()
     }
 }
 

@@ -80,12 +80,14 @@ impl StoreClient {
         }
     }
 
-    /// Opens this rank's monitor connection.
-    pub fn monitor(&self, rank: usize) -> Result<Monitor, StoreError> {
+    /// Opens monitor `channel` of `rank`: channel 0 is the process's own line, whose closing
+    /// without a goodbye means the rank died; each communicator opens one more of its own, so
+    /// that each hears every event.
+    pub fn monitor(&self, rank: usize, channel: u64) -> Result<Monitor, StoreError> {
         let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(|e| self.broken(e))?;
         let _ = conn.set_nodelay(true);
         let mut m = Monitor { conn, buf: Vec::new(), lost: false };
-        m.send(&Enc::new(kind::MONITOR).u64(rank as u64).finish()).map_err(|e| self.broken(e))?;
+        m.send(&Enc::new(kind::MONITOR).u64(rank as u64).u64(channel).finish()).map_err(|e| self.broken(e))?;
         m.conn.set_nonblocking(true).map_err(|e| self.broken(e))?;
         Ok(m)
     }

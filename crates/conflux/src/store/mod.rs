@@ -1,9 +1,11 @@
 //! Rendezvous: a TCP key-value store served by rank 0 (the role torch's TCPStore plays).
 //!
-//! Ranks exchange their addresses and shared-memory handles through it, and each keeps one
-//! extra *monitor* connection open for the job's life. The server knows a rank is gone when
-//! its monitor connection closes without a goodbye, and tells every other monitor; a rank that
-//! fails because of a peer reports it the same way. So a failure reaches every rank, also the
+//! Ranks exchange their addresses and shared-memory handles through it, and each keeps
+//! *monitor* connections open: channel 0 for the process's life, and one per communicator
+//! (sub-groups and priority lanes included), so that each progress engine hears every event on
+//! its own socket. The server knows a rank is gone when one of its monitor channels closes
+//! without a goodbye, and tells every other monitor once; a rank that fails because of a peer
+//! reports it the same way. So a failure reaches every rank and every communicator, also the
 //! ones that were not talking to the dead one.
 //!
 //! Wire format (both directions): frames of `u32 LE body length` + body, body = `u8 kind` +

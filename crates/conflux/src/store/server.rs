@@ -13,6 +13,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// A monitor connection's identity: the rank and which of its lines.
+type Channel = (usize, u64);
+
 /// Serves the store until dropped.
 pub struct StoreServer {
     addr: SocketAddr,
@@ -32,9 +35,12 @@ struct State {
     closing: bool,
     /// Every open connection, to shut down when the server goes.
     conns: Vec<TcpStream>,
-    /// Monitor connections by rank, for pushing events.
-    monitors: HashMap<usize, TcpStream>,
-    goodbye: HashSet<usize>,
+    /// Monitor connections by (rank, channel), for pushing events. Channel 0 is a process's
+    /// own line; each communicator of the process opens one more.
+    monitors: HashMap<Channel, TcpStream>,
+    goodbye: HashSet<Channel>,
+    /// Ranks reported dead, each once.
+    dead: HashSet<usize>,
     /// Events so far, replayed to monitors that register late.
     history: Vec<Event>,
 }
@@ -58,14 +64,14 @@ impl StoreServer {
         self.addr
     }
 
-    /// Waits until `world` ranks have said goodbye (or died), so that no rank sees the store
-    /// vanish while it is still shutting down. Returns how many did.
+    /// Waits until `world` ranks have said goodbye on channel 0 (or died), so that no rank
+    /// sees the store vanish while it is still shutting down. Returns how many did.
     pub fn wait_goodbyes(&self, world: usize, timeout: Duration) -> usize {
         let deadline = Instant::now() + timeout;
         let mut st = self.shared.lock();
         loop {
-            let died = st.history.iter().filter(|e| matches!(e, Event::RankDied { .. })).count();
-            let gone = st.goodbye.len() + died;
+            let left = st.goodbye.iter().filter(|(r, ch)| *ch == 0 && !st.dead.contains(r)).count();
+            let gone = left + st.dead.len();
             let now = Instant::now();
             if gone >= world || now >= deadline {
                 return gone;
@@ -125,13 +131,13 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 
 /// Serves one connection until it closes or breaks the protocol.
 fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
-    let mut monitor_rank = None;
+    let mut channel = None;
     loop {
         let body = match wire::read_frame(&mut conn) {
             Ok(Some(b)) => b,
             Ok(None) | Err(_) => break,
         };
-        let reply = match handle(&body, &shared, &mut monitor_rank, &conn) {
+        let reply = match handle(&body, &shared, &mut channel, &conn) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("store: closing a connection: {e}");
@@ -147,10 +153,10 @@ fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     let _ = conn.shutdown(Shutdown::Both);
     let mut st = shared.lock();
     st.conns.retain(|c| c.peer_addr().ok() != conn.peer_addr().ok() || c.local_addr().ok() != conn.local_addr().ok());
-    if let Some(rank) = monitor_rank {
-        st.monitors.remove(&rank);
-        if !st.goodbye.contains(&rank) && !st.closing {
-            push(&mut st, Event::RankDied { rank }, None);
+    if let Some(ch) = channel {
+        st.monitors.remove(&ch);
+        if !st.goodbye.contains(&ch) && !st.closing && st.dead.insert(ch.0) {
+            push(&mut st, Event::RankDied { rank: ch.0 }, None);
         }
     }
     drop(st);
@@ -160,7 +166,7 @@ fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
 fn handle(
     body: &[u8],
     shared: &Shared,
-    monitor_rank: &mut Option<usize>,
+    channel: &mut Option<Channel>,
     conn: &TcpStream,
 ) -> Result<Option<Vec<u8>>, StoreError> {
     let mut d = Dec::new(body)?;
@@ -218,28 +224,31 @@ fn handle(
             }
         }
         kind::MONITOR => {
-            let rank = d.u64()? as usize;
+            let ch = (d.u64()? as usize, d.u64()?);
             let mut st = shared.lock();
+            if st.monitors.contains_key(&ch) {
+                return Err(wire::bad(&format!("rank {} opened monitor channel {} twice", ch.0, ch.1)));
+            }
             let mut w = conn.try_clone().map_err(|e| wire::bad(&e.to_string()))?;
             let _ = w.set_write_timeout(Some(Duration::from_secs(1)));
             for ev in st.history.clone() {
                 let _ = w.write_all(&event_frame(&ev));
             }
-            st.monitors.insert(rank, w);
-            *monitor_rank = Some(rank);
+            st.monitors.insert(ch, w);
+            *channel = Some(ch);
             Ok(None)
         }
         kind::FAILURE => {
-            let reporter = monitor_rank.ok_or_else(|| wire::bad("failure report on a plain connection"))?;
+            let from = channel.ok_or_else(|| wire::bad("failure report on a plain connection"))?;
             let culprit = d.u64()? as usize;
             let reason = String::from_utf8_lossy(d.bytes()?).into_owned();
             let mut st = shared.lock();
-            push(&mut st, Event::Failure { culprit, reporter, reason }, Some(reporter));
+            push(&mut st, Event::Failure { culprit, reporter: from.0, reason }, Some(from));
             Ok(None)
         }
         kind::GOODBYE => {
-            let rank = monitor_rank.ok_or_else(|| wire::bad("goodbye on a plain connection"))?;
-            shared.lock().goodbye.insert(rank);
+            let ch = channel.ok_or_else(|| wire::bad("goodbye on a plain connection"))?;
+            shared.lock().goodbye.insert(ch);
             shared.changed.notify_all();
             Ok(None)
         }
@@ -248,10 +257,10 @@ fn handle(
 }
 
 /// Records `ev` and sends it to every monitor but `except`.
-fn push(st: &mut State, ev: Event, except: Option<usize>) {
+fn push(st: &mut State, ev: Event, except: Option<Channel>) {
     let frame = event_frame(&ev);
-    for (&rank, w) in st.monitors.iter_mut() {
-        if Some(rank) != except {
+    for (&ch, w) in st.monitors.iter_mut() {
+        if Some(ch) != except {
             let _ = w.write_all(&frame);
         }
     }

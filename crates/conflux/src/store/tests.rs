@@ -75,14 +75,14 @@ fn next_event(m: &mut Monitor) -> Event {
 fn monitors_hear_of_deaths_and_failures_but_not_goodbyes() {
     let (s, addr) = serve();
     let c = StoreClient::connect(&addr, T).unwrap();
-    let mut m0 = c.monitor(0).unwrap();
-    let m1 = c.monitor(1).unwrap();
-    let mut m2 = c.monitor(2).unwrap();
+    let mut m0 = c.monitor(0, 0).unwrap();
+    let m1 = c.monitor(1, 0).unwrap();
+    let mut m2 = c.monitor(2, 0).unwrap();
     m2.goodbye();
     drop(m2);
     drop(m1);
     assert_eq!(next_event(&mut m0), Event::RankDied { rank: 1 });
-    let mut m3 = c.monitor(3).unwrap();
+    let mut m3 = c.monitor(3, 0).unwrap();
     // Late monitors hear of what happened before them.
     assert_eq!(next_event(&mut m3), Event::RankDied { rank: 1 });
     m3.report_failure(1, "gone");
@@ -94,6 +94,32 @@ fn monitors_hear_of_deaths_and_failures_but_not_goodbyes() {
     assert_eq!(s.wait_goodbyes(4, T), 4);
     drop(s);
     assert_eq!(next_event(&mut m0), Event::StoreLost);
+}
+
+#[test]
+fn channels_of_one_rank_each_hear_events_and_die_once() {
+    let (s, addr) = serve();
+    let c = StoreClient::connect(&addr, T).unwrap();
+    let mut watcher = c.monitor(0, 0).unwrap();
+    let mut watcher_group = c.monitor(0, 7).unwrap();
+    let mut main1 = c.monitor(1, 0).unwrap();
+    let mut lane1 = c.monitor(1, 3).unwrap();
+    lane1.report_failure(2, "lost rank 2");
+    let failure = Event::Failure { culprit: 2, reporter: 1, reason: "lost rank 2".into() };
+    assert_eq!(next_event(&mut watcher), failure);
+    assert_eq!(next_event(&mut watcher_group), failure);
+    assert_eq!(next_event(&mut main1), failure, "the reporter's other channels hear it too");
+    // A channel that says goodbye and closes is not a death; the rank's last line closing is.
+    lane1.goodbye();
+    drop(lane1);
+    drop(main1);
+    assert_eq!(next_event(&mut watcher), Event::RankDied { rank: 1 });
+    assert_eq!(next_event(&mut watcher_group), Event::RankDied { rank: 1 });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(watcher.try_event(), None, "one death is reported once");
+    watcher_group.goodbye();
+    watcher.goodbye();
+    assert_eq!(s.wait_goodbyes(2, T), 2);
 }
 
 #[test]

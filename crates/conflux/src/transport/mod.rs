@@ -11,6 +11,7 @@ pub(crate) mod shm;
 mod tcp;
 pub(crate) mod wait;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,9 @@ pub enum LinkError {
     /// This rank's communicator was aborted.
     #[error("aborted on this rank")]
     Aborted,
+    /// The job's store, served by rank 0, cannot be reached any more.
+    #[error("the job's store, served by rank 0, is unreachable")]
+    StoreLost,
     /// A system call on the link failed.
     #[error("I/O error on the link to rank {peer}: {detail}")]
     Io { peer: usize, detail: String },
@@ -55,7 +59,22 @@ impl LinkError {
             }
             LinkError::Remote { culprit, .. } => Some(*culprit),
             LinkError::Timeout { peers, .. } => peers.first().copied(),
+            LinkError::StoreLost => Some(0),
             LinkError::Aborted => None,
+        }
+    }
+
+    /// Renames the ranks a transport of a sub-group numbered in its own terms (index into
+    /// `world`) to the job's global ranks, which is what errors show. `Remote` comes from the
+    /// store and is global already.
+    pub(crate) fn to_world(self, world: &[usize]) -> LinkError {
+        let w = |r: usize| world.get(r).copied().unwrap_or(r);
+        match self {
+            LinkError::PeerGone { peer, detail } => LinkError::PeerGone { peer: w(peer), detail },
+            LinkError::Mismatch { peer, detail } => LinkError::Mismatch { peer: w(peer), detail },
+            LinkError::Io { peer, detail } => LinkError::Io { peer: w(peer), detail },
+            LinkError::Timeout { peers, secs } => LinkError::Timeout { peers: peers.into_iter().map(w).collect(), secs },
+            e @ (LinkError::Remote { .. } | LinkError::Aborted | LinkError::StoreLost) => e,
         }
     }
 }
@@ -120,6 +139,9 @@ pub struct Transport {
     pub(crate) seq: u64,
     /// Asynchronous sends and receives progressing in the background.
     pub(crate) posted: PostedQueue,
+    /// Operations running on a higher-priority lane of the same communicator; while there are
+    /// any, this transport yields its core between chunks (see `give_way`).
+    pub(crate) give_way: Option<Arc<AtomicUsize>>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -129,6 +151,29 @@ struct XState {
 }
 
 impl Transport {
+    pub(crate) fn new(rank: usize, size: usize, links: Vec<Option<Link>>, waiter: Waiter) -> Transport {
+        Transport {
+            rank,
+            size,
+            links,
+            waiter,
+            broken: None,
+            direct_gen: 0,
+            seq: 0,
+            posted: PostedQueue::default(),
+            give_way: None,
+        }
+    }
+
+    /// Between two chunks of work: if a higher-priority lane has an operation running, let its
+    /// thread have the core first. Priority is a preference, never a wait, so a low-priority
+    /// operation can not deadlock on a high-priority one whose peers have not arrived yet.
+    pub(crate) fn give_way(&self) {
+        if self.give_way.as_ref().is_some_and(|n| n.load(Ordering::Relaxed) > 0) {
+            std::thread::yield_now();
+        }
+    }
+
     /// Runs one step: progresses every transfer until all are done, the deadline passes, a peer
     /// fails, or the communicator is aborted. Transfers to or from one peer in one direction
     /// complete in the order given.
@@ -139,10 +184,10 @@ impl Transport {
         self.run(xfers, deadline).map_err(|e| self.fail(e))
     }
 
-    /// Makes `e` (traced to its root cause, see `Waiter::explain`) this transport's sticky
-    /// state, tells the other ranks, fails posted transfers, and returns it.
-    fn fail(&mut self, e: LinkError) -> LinkError {
-        let e = self.waiter.explain(e);
+    /// Makes `e` (in global ranks, traced to its root cause, see `Waiter::explain`) this
+    /// transport's sticky state, tells the other ranks, fails posted transfers, and returns it.
+    pub(crate) fn fail(&mut self, e: LinkError) -> LinkError {
+        let e = self.waiter.explain(e.to_world(&self.waiter.world));
         self.waiter.report(&e);
         self.broken = Some(e.clone());
         self.posted.fail_all(&e);
@@ -247,6 +292,7 @@ impl Transport {
             }
             if progressed {
                 idle.progressed(&self.waiter);
+                self.give_way();
                 continue;
             }
             let (links, posted) = (&self.links, &self.posted);

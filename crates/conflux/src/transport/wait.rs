@@ -43,9 +43,13 @@ pub(crate) fn ring_doorbell(seg: &Segment, i: usize) {
 pub(crate) struct Waiter {
     pub(crate) seg: Option<Arc<Segment>>,
     pub(crate) me_local: usize,
-    /// (global rank, pidfd) of every other local rank: readable once that process has exited.
+    /// (rank, pidfd) of every other local rank: readable once that process has exited.
     pub(crate) pidfds: Vec<(usize, OwnedFd)>,
+    /// This communicator's own channel to the store (see `store`).
     pub(crate) monitor: Option<Monitor>,
+    /// The global rank of each rank of this communicator: the store speaks global ranks, and
+    /// errors name them.
+    pub(crate) world: Arc<[usize]>,
     pub(crate) abort: Arc<AtomicBool>,
     pub(crate) spin: Duration,
     pub(crate) yield_while_spinning: bool,
@@ -69,6 +73,7 @@ impl Waiter {
         me_local: usize,
         pidfds: Vec<(usize, OwnedFd)>,
         monitor: Option<Monitor>,
+        world: Arc<[usize]>,
         abort: Arc<AtomicBool>,
         spin: Duration,
         yield_while_spinning: bool,
@@ -78,6 +83,7 @@ impl Waiter {
             me_local,
             pidfds,
             monitor,
+            world,
             abort,
             spin,
             yield_while_spinning,
@@ -201,23 +207,31 @@ impl Waiter {
                 }
             }
         }
-        if let Some(m) = &mut self.monitor {
-            if let Some(ev) = m.try_event() {
-                self.from_store = true;
-                return Err(match ev {
-                    Event::RankDied { rank } => LinkError::PeerGone {
-                        peer: rank,
-                        detail:
-                            "its connection to the job's store closed (the process died or its host is unreachable)"
-                                .into(),
+        let Some(m) = &mut self.monitor else { return Ok(()) };
+        while let Some(ev) = m.try_event() {
+            let member = |r: usize| self.world.iter().position(|&w| w == r);
+            let err = match ev {
+                // Errors made here are in this communicator's ranks, like the transport's own;
+                // `Transport::fail` renames them.
+                Event::RankDied { rank } => match member(rank) {
+                    Some(peer) => LinkError::PeerGone {
+                        peer,
+                        detail: "its connection to the job's store closed (the process died or its host is unreachable)"
+                            .into(),
                     },
-                    Event::Failure { culprit, reporter, reason } => LinkError::Remote { culprit, reporter, reason },
-                    Event::StoreLost => LinkError::PeerGone {
-                        peer: 0,
-                        detail: "the job's store, served by rank 0, is unreachable".into(),
-                    },
-                });
-            }
+                    // A rank outside this group died: whoever here needed it will report.
+                    None => continue,
+                },
+                Event::Failure { culprit, reporter, reason } => {
+                    if member(culprit).is_none() && member(reporter).is_none() {
+                        continue;
+                    }
+                    LinkError::Remote { culprit, reporter, reason }
+                }
+                Event::StoreLost => LinkError::StoreLost,
+            };
+            self.from_store = true;
+            return Err(err);
         }
         Ok(())
     }
@@ -262,11 +276,12 @@ impl Waiter {
         }
     }
 
-    /// Tells every other rank, through the store, that this rank fails because of `culprit`.
+    /// Tells every other rank, through the store, that this rank fails because of `culprit`
+    /// (`err` is in global ranks).
     pub fn report(&mut self, err: &LinkError) {
         let Some(m) = &mut self.monitor else { return };
         match err {
-            LinkError::Remote { .. } | LinkError::Aborted => {}
+            LinkError::Remote { .. } | LinkError::Aborted | LinkError::StoreLost => {}
             e => {
                 if let Some(culprit) = e.peer() {
                     m.report_failure(culprit, &e.to_string());

@@ -1,0 +1,221 @@
+//! One communicator's machinery: its ranks, its lanes, and its life cycle. `Communicator`
+//! handles point at a `Core`; the last handle to go shuts it down.
+//!
+//! A lane is a progress engine with links of its own. Every communicator has two: normal and
+//! high priority. Each lane runs its operations strictly in issue order; the lanes run side by
+//! side, so a high-priority operation never queues behind a normal one, and while one runs the
+//! normal lane yields its core between chunks (`Transport::give_way`). Keeping the lanes' links
+//! apart is what makes this safe: ranks may interleave the two lanes differently, and no
+//! message of one can be taken for the other's.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::bootstrap::{self, Meeting};
+use super::engine::Engine;
+use super::ops::Plan;
+use super::session::Session;
+use crate::config::{AlgoChoice, Config};
+use crate::error::{Error, Result};
+use crate::transport::wait::Waiter;
+use crate::transport::{Segment, Transport};
+
+/// How urgently an operation should run relative to others of its communicator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Priority {
+    #[default]
+    Normal,
+    /// Runs beside, not after, normal operations issued earlier (e.g. the bucket the next
+    /// forward pass needs first).
+    High,
+}
+
+impl Priority {
+    pub(crate) fn lane(self) -> usize {
+        match self {
+            Priority::Normal => 0,
+            Priority::High => 1,
+        }
+    }
+}
+
+pub(crate) struct Lane {
+    pub plan: Plan,
+    pub engine: Arc<Engine>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// This host's segment and our index in it, so abort can wake a sleeping engine.
+    doorbell: Option<(Arc<Segment>, usize)>,
+}
+
+pub(crate) struct Core {
+    pub session: Arc<Session>,
+    /// Store keys of this communicator start with it; sub-groups extend it.
+    pub prefix: String,
+    /// The global rank of each rank of this communicator.
+    pub world: Arc<[usize]>,
+    pub rank: usize,
+    pub local_rank: usize,
+    pub local_size: usize,
+    pub config: Config,
+    pub lanes: Vec<Lane>,
+    /// Operations running on the high-priority lane, for the normal lane to give way to.
+    pub high_busy: Arc<AtomicUsize>,
+    pub abort: Arc<AtomicBool>,
+    pub closed: Mutex<Option<String>>,
+    /// Sub-groups made so far (the same count on every rank: making one is collective).
+    pub groups: AtomicU64,
+    /// The communicator the session was opened for; its shutdown says the process's goodbye.
+    root: bool,
+}
+
+impl Core {
+    /// Builds the lanes of the communicator whose ranks have global ranks `world`.
+    pub fn new(
+        session: Arc<Session>,
+        prefix: String,
+        world: Arc<[usize]>,
+        rank: usize,
+        config: Config,
+        root: bool,
+    ) -> Result<Core> {
+        let size = world.len();
+        let abort = Arc::new(AtomicBool::new(false));
+        let high_busy = Arc::new(AtomicUsize::new(0));
+        let mut lanes = Vec::new();
+        let (mut local_rank, mut local_size) = (0, 1);
+        for lane in 0..2 {
+            let (mut transport, local_ranks, direct_ok) = match &session.store {
+                None => {
+                    let waiter =
+                        Waiter::new(None, 0, Vec::new(), None, world.clone(), abort.clone(), Duration::ZERO, false);
+                    (Transport::new(rank, 1, vec![None], waiter), vec![rank], false)
+                }
+                Some((store, store_addr)) => {
+                    let meeting = Meeting {
+                        store,
+                        store_addr: *store_addr,
+                        prefix: &format!("{prefix}/l{lane}"),
+                        world: world.clone(),
+                        channel: session.channel(),
+                    };
+                    let built = bootstrap::build(&meeting, rank, size, &config, abort.clone())?;
+                    let direct_ok = built.transport.waiter.seg.is_some() && built.local_ranks.len() == size;
+                    (built.transport, built.local_ranks, direct_ok)
+                }
+            };
+            if config.algo == AlgoChoice::Direct && size > 1 && !direct_ok {
+                return Err(Error::Config("CONFLUX_ALGO=direct needs every rank on one host with shared memory".into()));
+            }
+            if lane == 0 {
+                transport.give_way = Some(high_busy.clone());
+                local_rank = local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
+                local_size = local_ranks.len();
+            }
+            let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
+            let (engine, thread) = Engine::start(transport, world[rank], lane)?;
+            let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, direct_ok };
+            lanes.push(Lane { plan, engine, thread: Mutex::new(Some(thread)), doorbell });
+        }
+        tracing::info!(prefix, rank, size, local_size, "communicator ready");
+        Ok(Core {
+            session,
+            prefix,
+            world,
+            rank,
+            local_rank,
+            local_size,
+            config,
+            lanes,
+            high_busy,
+            abort,
+            closed: Mutex::new(None),
+            groups: AtomicU64::new(0),
+            root,
+        })
+    }
+
+    pub fn size(&self) -> usize {
+        self.world.len()
+    }
+
+    pub fn usable(&self) -> Result<()> {
+        if let Some(why) = &*self.closed.lock().unwrap_or_else(|p| p.into_inner()) {
+            return Err(Error::Closed(why.clone()));
+        }
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(Error::Closed("aborted".into()));
+        }
+        Ok(())
+    }
+
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::SeqCst);
+        // An engine may be asleep on its doorbell; sockets are polled in short slices.
+        for lane in &self.lanes {
+            if let Some((seg, me)) = &lane.doorbell {
+                Waiter::wake_self(seg, *me);
+            }
+        }
+    }
+
+    pub fn shutdown(&self) -> Result<()> {
+        {
+            let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+            if closed.is_some() {
+                return Ok(());
+            }
+            *closed = Some("shut down".into());
+        }
+        let timeout = self.config.timeout;
+        let mut all_drained = true;
+        for lane in &self.lanes {
+            let drained = lane.engine.drain(timeout);
+            lane.engine.stop();
+            if let Some(th) = lane.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                if drained {
+                    let _ = th.join();
+                }
+            }
+            if let Some(m) = &mut lane.engine.transport().waiter.monitor {
+                m.goodbye();
+            }
+            all_drained &= drained;
+        }
+        if self.root {
+            self.session.goodbye();
+        }
+        if all_drained {
+            Ok(())
+        } else {
+            Err(Error::Closed(format!("operations still running after {timeout:?}")))
+        }
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Counts an operation as running on the high-priority lane while it lives.
+pub(crate) struct HighBusy(Option<Arc<AtomicUsize>>);
+
+impl HighBusy {
+    pub fn new(core: &Core, lane: usize) -> HighBusy {
+        HighBusy((lane > 0).then(|| {
+            core.high_busy.fetch_add(1, Ordering::Relaxed);
+            core.high_busy.clone()
+        }))
+    }
+}
+
+impl Drop for HighBusy {
+    fn drop(&mut self) {
+        if let Some(n) = &self.0 {
+            n.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
