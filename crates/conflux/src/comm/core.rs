@@ -106,7 +106,9 @@ impl Core {
                 }
             };
             if config.algo == AlgoChoice::Direct && size > 1 && !direct_ok {
-                return Err(Error::Config("CONFLUX_ALGO=direct needs every rank on one host with shared memory".into()));
+                return Err(Error::Config(
+                    "CONFLUX_ALGO=direct needs every rank on one host with shared memory".into(),
+                ));
             }
             if lane == 0 {
                 transport.give_way = Some(high_busy.clone());

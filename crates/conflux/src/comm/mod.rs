@@ -15,13 +15,13 @@ pub use self::core::Priority;
 pub use engine::Work;
 pub use fusion::Bucketer;
 
+use self::core::{Core, HighBusy, Lane};
 use crate::config::{env_usize, var, Config};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::transport::{LinkError, Posted, PostedBuf, Transport};
 use engine::Completer;
 use ops::{Coll, Plan};
-use self::core::{Core, HighBusy, Lane};
 use session::Session;
 
 /// Explicit construction: rank, size, store address and options.

@@ -73,7 +73,9 @@ impl LinkError {
             LinkError::PeerGone { peer, detail } => LinkError::PeerGone { peer: w(peer), detail },
             LinkError::Mismatch { peer, detail } => LinkError::Mismatch { peer: w(peer), detail },
             LinkError::Io { peer, detail } => LinkError::Io { peer: w(peer), detail },
-            LinkError::Timeout { peers, secs } => LinkError::Timeout { peers: peers.into_iter().map(w).collect(), secs },
+            LinkError::Timeout { peers, secs } => {
+                LinkError::Timeout { peers: peers.into_iter().map(w).collect(), secs }
+            }
             e @ (LinkError::Remote { .. } | LinkError::Aborted | LinkError::StoreLost) => e,
         }
     }

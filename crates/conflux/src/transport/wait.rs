@@ -216,8 +216,9 @@ impl Waiter {
                 Event::RankDied { rank } => match member(rank) {
                     Some(peer) => LinkError::PeerGone {
                         peer,
-                        detail: "its connection to the job's store closed (the process died or its host is unreachable)"
-                            .into(),
+                        detail:
+                            "its connection to the job's store closed (the process died or its host is unreachable)"
+                                .into(),
                     },
                     // A rank outside this group died: whoever here needed it will report.
                     None => continue,

@@ -3,6 +3,9 @@
 //! torchrun's variables set by hand). It exits 0 only when every check passed; the tests use
 //! it, and it is a quick way to validate an installation.
 
+mod fusion;
+mod groups;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -406,9 +409,24 @@ fn main() -> ExitCode {
             return scenario_kill(comm, victim);
         }
         "mismatch" => return scenario_mismatch(comm),
+        "groups" => groups::scenario_groups(comm),
+        "group-mismatch" => return groups::scenario_group_mismatch(comm),
+        "fusion" => {
+            // Bitwise agreement is promised where every rank reduces in rank order: the direct
+            // shared-segment algorithm, used when all ranks share one host and ring is not forced.
+            let ring = |k: &str, v: &str| std::env::var(k).is_ok_and(|x| x.eq_ignore_ascii_case(v));
+            let bitwise =
+                comm.local_size() == comm.size() && !ring("CONFLUX_TRANSPORT", "tcp") && !ring("CONFLUX_ALGO", "ring");
+            fusion::scenario_fusion(comm, bitwise)
+        }
+        "priority" => {
+            let elems = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(64 << 20);
+            fusion::scenario_priority(comm, elems)
+        }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK], mismatch)"
+                "conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK], mismatch, \
+                 groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);
         }
