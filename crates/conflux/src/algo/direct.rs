@@ -56,34 +56,53 @@ fn ring_all(seg: &Segment, me: usize) {
     }
 }
 
-/// all_reduce of `input` (or `out` itself, in place) into `out`. Avg is left as a sum.
+/// Calls `f(span, offset)` for each piece of `parts` (consecutive, as one buffer) that
+/// overlaps `range`, with the overlapping part and its offset from `range.start`.
+fn each_span(parts: &mut [&mut [u8]], range: std::ops::Range<usize>, mut f: impl FnMut(&mut [u8], usize)) {
+    let mut base = 0;
+    for part in parts.iter_mut() {
+        let (lo, hi) = (range.start.max(base), range.end.min(base + part.len()));
+        if lo < hi {
+            f(&mut part[lo - base..hi - base], lo - range.start);
+        }
+        base += part.len();
+        if base >= range.end {
+            break;
+        }
+    }
+}
+
+/// all_reduce of `input` (or `out` itself, in place) into `out`: consecutive pieces that
+/// form one buffer, so that many tensors reduce as one message with no staging copy. `input`
+/// is given only with a single piece. Avg is left as a sum.
 pub(crate) fn all_reduce(
     t: &mut Transport,
     s: &Step,
     input: Option<&[u8]>,
-    out: &mut [u8],
+    out: &mut [&mut [u8]],
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
+    debug_assert!(input.is_none() || out.len() == 1);
     let seg: Arc<Segment> = t.waiter.seg.clone().expect("direct algorithm needs a segment");
     let l = seg.layout;
     let (n, me) = (l.ranks, t.waiter.me_local);
     let esize = dtype.size();
     let chunk = l.chunk / (esize * n) * (esize * n);
-    let desc = describe(out.len(), dtype, op);
-    let total = out.len();
+    let total: usize = out.iter().map(|p| p.len()).sum();
+    let desc = describe(total, dtype, op);
     let mut at = 0;
     loop {
         let len = (total - at).min(chunk);
         t.direct_gen += 1;
         let gen = t.direct_gen;
         let p = (gen % 2) as usize;
-        let src = match input {
-            Some(i) => &i[at..at + len],
-            None => &out[at..at + len],
-        };
         // SAFETY: slot(me, p) is ours to write: every rank finished reading it (see Reuse above).
-        unsafe { seg.bytes_mut(l.slot(me, p), len) }.copy_from_slice(src);
+        let slot = unsafe { seg.bytes_mut(l.slot(me, p), len) };
+        match input {
+            Some(i) => slot.copy_from_slice(&i[at..at + len]),
+            None => each_span(out, at..at + len, |span, off| slot[off..off + span.len()].copy_from_slice(span)),
+        }
         seg.u64_at(l.desc(me, p)).store(desc, Ordering::Relaxed);
         seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
         ring_all(&seg, me);
@@ -104,7 +123,10 @@ pub(crate) fn all_reduce(
         // written again before this rank posts gen + 1 (Reuse above).
         let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.slot(k, p), len) }).collect();
         if total / n <= SMALL || len <= SMALL {
-            reduce::reduce_many(dtype, op, &mut out[at..at + len], &slots);
+            each_span(out, at..at + len, |span, off| {
+                let parts: Vec<&[u8]> = slots.iter().map(|sl| &sl[off..off + span.len()]).collect();
+                reduce::reduce_many(dtype, op, span, &parts);
+            });
         } else {
             let elems = len / esize;
             let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
@@ -120,7 +142,8 @@ pub(crate) fn all_reduce(
             t.wait_until(s.deadline, all_reduced, not_reduced)?;
             // SAFETY: every rank published its slice of result(p); none rewrites it before all
             // ranks (this one included) post gen + 2.
-            out[at..at + len].copy_from_slice(unsafe { seg.bytes(l.result(p), len) });
+            let result = unsafe { seg.bytes(l.result(p), len) };
+            each_span(out, at..at + len, |span, off| span.copy_from_slice(&result[off..off + span.len()]));
         }
         at += len;
         if at >= total {

@@ -173,23 +173,40 @@ impl Engine {
 
 /// The completion of one asynchronous operation, carrying its result.
 pub struct Work<T> {
-    state: Arc<(Mutex<Option<Result<T>>>, Condvar)>,
+    state: Slot<T>,
     what: String,
 }
 
-pub(crate) struct Completer<T>(Arc<(Mutex<Option<Result<T>>>, Condvar)>);
+/// The engine's end of a `Work`. Dropped without completing (its job panicked, or never ran
+/// because the communicator went away), it completes the Work with an error, so no waiter
+/// waits forever.
+pub(crate) struct Completer<T>(Option<Slot<T>>);
+
+/// Where a result waits for its Work: set once, with a condition variable to wake the waiter.
+type Slot<T> = Arc<(Mutex<Option<Result<T>>>, Condvar)>;
 
 impl<T> Completer<T> {
-    pub fn complete(self, r: Result<T>) {
-        *lock(&self.0 .0) = Some(r);
-        self.0 .1.notify_all();
+    pub fn complete(mut self, r: Result<T>) {
+        if let Some(state) = self.0.take() {
+            *lock(&state.0) = Some(r);
+            state.1.notify_all();
+        }
+    }
+}
+
+impl<T> Drop for Completer<T> {
+    fn drop(&mut self) {
+        if let Some(state) = self.0.take() {
+            *lock(&state.0) = Some(Err(Error::Closed("the operation was dropped before it completed".into())));
+            state.1.notify_all();
+        }
     }
 }
 
 impl<T> Work<T> {
     pub(crate) fn new(what: String) -> (Work<T>, Completer<T>) {
         let state = Arc::new((Mutex::new(None), Condvar::new()));
-        (Work { state: state.clone(), what }, Completer(state))
+        (Work { state: state.clone(), what }, Completer(Some(state)))
     }
 
     /// True once the operation has finished, successfully or not.

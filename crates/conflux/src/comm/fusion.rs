@@ -2,82 +2,118 @@
 //! at hand, and the `Bucketer` for gradients that become ready one by one (DDP's and Horovod's
 //! gradient buckets).
 //!
-//! Both copy the tensors into one contiguous buffer, reduce it with one all_reduce, and copy
-//! the result back. Every algorithm here reduces each element independently of where it sits
-//! in the buffer on one host's shared segment (rank order), so fused and per-tensor results
-//! are bitwise equal there; the ring's order depends on the element's block, so across hosts
-//! they agree to rounding.
+//! Both hand the tensors to the algorithm as pieces of one message: on one host's shared
+//! segment they are gathered straight into the segment's slots and the result scattered
+//! straight back, with no staging copy; the ring stages them in a buffer the transport keeps.
+//! A bucket's tensors stay where they are: the Bucketer lends them to the progress engine for
+//! the length of a scope that does not end before every bucket is done (as `std::thread::scope`
+//! lends to threads).
+//!
+//! The shared-segment algorithm reduces each element over ranks 0..N in order wherever it
+//! sits in the message, so fused and per-tensor results are bitwise equal there; the ring's
+//! order depends on the element's block, so across hosts they agree to rounding.
 
-use super::{Communicator, Work};
+use super::ops::{self, Coll};
+use super::{bytes_mut, Communicator, Work};
 use crate::dtype::{Element, ReduceOp};
 use crate::error::Result;
 
 impl Communicator {
-    /// Reduces every buffer of `bufs` across all ranks, in place, as one transfer. Ranks must
+    /// Reduces every buffer of `bufs` across all ranks, in place, as one message. Ranks must
     /// pass buffers of the same lengths in the same order.
     pub fn all_reduce_coalesced<T: Element>(&self, bufs: &mut [&mut [T]], op: ReduceOp) -> Result<()> {
-        let mut flat = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
-        for b in bufs.iter() {
-            flat.extend_from_slice(b);
-        }
-        self.all_reduce(&mut flat, op)?;
-        scatter(&flat, bufs.iter_mut().map(|b| &mut **b));
-        Ok(())
+        let mut pieces: Vec<&mut [u8]> = bufs.iter_mut().map(|b| bytes_mut(b)).collect();
+        self.blocking(Coll::AllReduce { input: None, out: &mut pieces, op }, T::DTYPE)
+    }
+
+    /// Gradient fusion, as DDP's and Horovod's buckets: inside `f`, push tensors in the order
+    /// their gradients become ready; whenever the open bucket reaches the bucket size
+    /// (`CONFLUX_BUCKET_MB`, default 25 MiB) it is reduced asynchronously, in place, while `f`
+    /// goes on. When `f` returns, the rest is launched and everything waited for; then every
+    /// tensor holds its result. `ReduceOp::Avg` divides by the number of ranks. A tensor larger
+    /// than a bucket goes alone. Ranks must push tensors of the same lengths in the same order.
+    /// Returns `f`'s value, or the first failed bucket's error.
+    ///
+    /// ```no_run
+    /// # let comm = conflux::Communicator::from_env()?;
+    /// # let mut grads: Vec<Vec<f32>> = vec![vec![0.0; 1000]; 10];
+    /// comm.bucketed(conflux::ReduceOp::Avg, |b| {
+    ///     for g in grads.iter_mut().rev() {
+    ///         b.push(g); // as backward produces them
+    ///     }
+    /// })?;
+    /// # Ok::<(), conflux::Error>(())
+    /// ```
+    pub fn bucketed<'a, T: Element, R>(
+        &self,
+        op: ReduceOp,
+        f: impl FnOnce(&mut Bucketer<'_, 'a, T>) -> R,
+    ) -> Result<R> {
+        let cap = (self.config().bucket_bytes / T::DTYPE.size()).max(1);
+        let mut b = Bucketer { comm: self, op, cap, open: Vec::new(), open_len: 0, launched: Vec::new() };
+        let r = f(&mut b);
+        b.flush();
+        b.wait_all().map(|_| r)
     }
 }
 
-/// Gradient fusion: register tensors in the order they become ready; whenever the open bucket
-/// reaches the communicator's bucket size (`CONFLUX_BUCKET_MB`, default 25 MiB) it is reduced
-/// asynchronously while more tensors arrive; `finish` waits for all and writes every result
-/// back into its tensor. With `ReduceOp::Avg` the result is divided by the number of ranks.
-/// A tensor larger than a bucket goes alone. Ranks must push tensors of the same lengths in
-/// the same order.
-pub struct Bucketer<'a, T: Element> {
-    comm: &'a Communicator,
+/// The open bucket and the launched ones of a [`Communicator::bucketed`] scope.
+pub struct Bucketer<'c, 'a, T: Element> {
+    comm: &'c Communicator,
     op: ReduceOp,
     /// Bucket capacity in elements.
     cap: usize,
-    open: Vec<T>,
-    open_parts: Vec<&'a mut [T]>,
-    launched: Vec<(Work<Vec<T>>, Vec<&'a mut [T]>)>,
+    open: Vec<&'a mut [T]>,
+    open_len: usize,
+    launched: Vec<Work<()>>,
 }
 
-impl<'a, T: Element> Bucketer<'a, T> {
-    pub fn new(comm: &'a Communicator, op: ReduceOp) -> Bucketer<'a, T> {
-        let cap = (comm.config().bucket_bytes / T::DTYPE.size()).max(1);
-        Bucketer { comm, op, cap, open: Vec::new(), open_parts: Vec::new(), launched: Vec::new() }
-    }
-
-    /// Overrides the bucket size.
-    pub fn with_bucket_bytes(mut self, bytes: usize) -> Bucketer<'a, T> {
-        self.cap = (bytes / T::DTYPE.size()).max(1);
-        self
-    }
-
-    /// Adds a ready tensor; launches the open bucket when this one would overflow it, or
-    /// fills it. The tensor stays borrowed until `finish` has written its result.
+impl<'a, T: Element> Bucketer<'_, 'a, T> {
+    /// Adds a ready tensor; launches the open bucket first if this one would overflow it, and
+    /// after if it is full.
     pub fn push(&mut self, tensor: &'a mut [T]) {
-        if !self.open.is_empty() && self.open.len() + tensor.len() > self.cap {
+        if self.open_len > 0 && self.open_len + tensor.len() > self.cap {
             self.flush();
         }
-        if self.open.is_empty() {
-            self.open.reserve_exact(self.cap.max(tensor.len()));
-        }
-        self.open.extend_from_slice(tensor);
-        self.open_parts.push(tensor);
-        if self.open.len() >= self.cap {
+        self.open_len += tensor.len();
+        self.open.push(tensor);
+        if self.open_len >= self.cap {
             self.flush();
         }
     }
 
     /// Launches the open bucket now, full or not.
     pub fn flush(&mut self) {
-        if self.open_parts.is_empty() {
+        if self.open.is_empty() {
             return;
         }
-        let buf = std::mem::take(&mut self.open);
-        let work = self.comm.all_reduce_async(buf, self.op);
-        self.launched.push((work, std::mem::take(&mut self.open_parts)));
+        let what = format!("all_reduce({} x {}) of a bucket of {} tensors", T::DTYPE, self.open_len, self.open.len());
+        let op = self.op;
+        let mut pieces: Vec<&'static mut [u8]> = self
+            .open
+            .drain(..)
+            .map(|t| {
+                let b: &'a mut [u8] = bytes_mut(t);
+                // SAFETY: the engine may use the tensor until the bucket's Work completes. A
+                // Bucketer exists only inside `bucketed`, which owns it (callers get `&mut`, so
+                // they can neither move nor forget it), and its Drop — run on return and on
+                // unwinding alike — waits for every launched Work; so every bucket is done
+                // before `bucketed` returns, hence before `'a`, which outlives that call, ends.
+                // The `&'a mut` borrow moved in here keeps the caller off the tensor meanwhile.
+                unsafe { std::mem::transmute::<&'a mut [u8], &'static mut [u8]>(b) }
+            })
+            .collect();
+        self.open_len = 0;
+        let work = self.comm.spawn(what, move |t, plan| {
+            let mut out: Vec<&mut [u8]> = pieces.iter_mut().map(|p| &mut **p).collect();
+            ops::run(t, plan, Coll::AllReduce { input: None, out: &mut out, op }, T::DTYPE)
+        });
+        self.launched.push(work);
+    }
+
+    /// Sets the bucket size for the buckets opened from now on (default: the communicator's).
+    pub fn set_bucket_bytes(&mut self, bytes: usize) {
+        self.cap = (bytes / T::DTYPE.size()).max(1);
     }
 
     /// Buckets launched so far.
@@ -85,30 +121,20 @@ impl<'a, T: Element> Bucketer<'a, T> {
         self.launched.len()
     }
 
-    /// Launches what is left, waits for every bucket and scatters the results back. Returns
-    /// the first error; tensors of failed buckets keep their input.
-    pub fn finish(mut self) -> Result<()> {
-        self.flush();
-        let mut first_err = Ok(());
-        for (work, parts) in self.launched.drain(..) {
-            match work.wait() {
-                Ok(flat) => scatter(&flat, parts.into_iter()),
-                Err(e) => {
-                    if first_err.is_ok() {
-                        first_err = Err(e);
-                    }
-                }
+    /// Waits for every launched bucket; the first error, if any.
+    fn wait_all(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        for w in self.launched.drain(..) {
+            if let Err(e) = w.wait() {
+                first = first.and(Err(e));
             }
         }
-        first_err
+        first
     }
 }
 
-/// Copies consecutive pieces of `flat` back into `parts`.
-fn scatter<'b, T: Element>(flat: &[T], parts: impl Iterator<Item = &'b mut [T]>) {
-    let mut at = 0;
-    for p in parts {
-        p.copy_from_slice(&flat[at..at + p.len()]);
-        at += p.len();
+impl<T: Element> Drop for Bucketer<'_, '_, T> {
+    fn drop(&mut self) {
+        let _ = self.wait_all();
     }
 }

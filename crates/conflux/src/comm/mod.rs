@@ -221,7 +221,7 @@ impl Communicator {
 
     /// Reduces `buf` across all ranks, in place: every rank ends with the same result.
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        self.blocking(Coll::AllReduce { input: None, out: bytes_mut(buf), op }, T::DTYPE)
+        self.blocking(Coll::AllReduce { input: None, out: &mut [bytes_mut(buf)], op }, T::DTYPE)
     }
 
     /// Out of place: `recv = reduce(send)`; both have the same length.
@@ -229,13 +229,14 @@ impl Communicator {
         if send.len() != recv.len() {
             return Err(invalid(format!("all_reduce: send has {} elements, recv {}", send.len(), recv.len())));
         }
-        self.blocking(Coll::AllReduce { input: Some(bytes(send)), out: bytes_mut(recv), op }, T::DTYPE)
+        self.blocking(Coll::AllReduce { input: Some(bytes(send)), out: &mut [bytes_mut(recv)], op }, T::DTYPE)
     }
 
     /// Non-blocking all_reduce in place; the buffer comes back through the handle.
     pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
         self.spawn(format!("all_reduce({} x {})", T::DTYPE, buf.len()), move |t, plan| {
-            ops::run(t, plan, Coll::AllReduce { input: None, out: bytes_mut(&mut buf), op }, T::DTYPE).map(|_| buf)
+            ops::run(t, plan, Coll::AllReduce { input: None, out: &mut [bytes_mut(&mut buf)], op }, T::DTYPE)
+                .map(|_| buf)
         })
     }
 

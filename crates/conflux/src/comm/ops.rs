@@ -14,9 +14,11 @@ use crate::transport::{LinkError, Sink, Transport, Xfer, COLL_BIT};
 
 /// A call's buffers, as bytes, in the in-place form every algorithm works on.
 pub(crate) enum Coll<'a> {
+    /// `out` is one buffer in consecutive pieces (several for coalesced calls); `input`, if
+    /// given, is a separate source for a single piece.
     AllReduce {
         input: Option<&'a [u8]>,
-        out: &'a mut [u8],
+        out: &'a mut [&'a mut [u8]],
         op: ReduceOp,
     },
     Broadcast {
@@ -76,7 +78,14 @@ impl fmt::Display for Describe<'_, '_> {
         let d = self.1;
         let n = |b: &[u8]| b.len() / d.size();
         match self.0 {
-            Coll::AllReduce { out, op, .. } => write!(f, "all_reduce({d} x {}, {op})", n(out)),
+            Coll::AllReduce { out, op, .. } => {
+                let len: usize = out.iter().map(|p| p.len()).sum();
+                write!(f, "all_reduce({d} x {}, {op})", len / d.size())?;
+                if out.len() > 1 {
+                    write!(f, " of {} tensors", out.len())?;
+                }
+                Ok(())
+            }
             Coll::Broadcast { buf, root } => write!(f, "broadcast({d} x {}, root={root})", n(buf)),
             Coll::Reduce { buf, op, root } => {
                 write!(f, "reduce({d} x {}, {op}, root={root})", n(buf))
@@ -120,18 +129,34 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
         Coll::AllReduce { input, out, op } => {
             if n == 1 {
                 if let Some(i) = input {
-                    out.copy_from_slice(i);
+                    out[0].copy_from_slice(i);
                 }
             } else if direct {
                 direct::all_reduce(t, s, *input, out, dtype, *op)?;
-            } else {
+            } else if let [one] = &mut **out {
                 if let Some(i) = input {
-                    out.copy_from_slice(i);
+                    one.copy_from_slice(i);
                 }
-                let blocks = even_blocks(out.len() / esize, n, esize);
-                ring::all_reduce(t, s, out, &blocks, dtype, *op)?;
+                let blocks = even_blocks(one.len() / esize, n, esize);
+                ring::all_reduce(t, s, one, &blocks, dtype, *op)?;
+            } else {
+                // The ring works on one contiguous buffer: stage the pieces.
+                let mut flat = std::mem::take(&mut t.staging);
+                flat.clear();
+                out.iter().for_each(|p| flat.extend_from_slice(p));
+                let blocks = even_blocks(flat.len() / esize, n, esize);
+                let r = ring::all_reduce(t, s, &mut flat, &blocks, dtype, *op);
+                let mut at = 0;
+                for p in out.iter_mut() {
+                    p.copy_from_slice(&flat[at..at + p.len()]);
+                    at += p.len();
+                }
+                t.staging = flat;
+                r?;
             }
-            finish_avg(*op, dtype, out, n);
+            for p in out.iter_mut() {
+                finish_avg(*op, dtype, p, n);
+            }
         }
         Coll::Broadcast { buf, root } => {
             if n > 1 {

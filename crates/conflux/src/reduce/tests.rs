@@ -116,8 +116,8 @@ fn check_all_paths(dtype: DataType, op: ReduceOp, srcs: &[Vec<u8>], shift: usize
     let want = reference(dtype, op, &refs);
     let bufs: Vec<Vec<u8>> = srcs.iter().map(|s| shifted(s, shift)).collect();
     let srcs: Vec<&[u8]> = bufs.iter().map(|b| &b[shift..]).collect();
-    let mut paths: Vec<(&str, fn(DataType, ReduceOp, &mut [u8], bool, &[&[u8]]))> =
-        vec![("portable", kernel::fold_portable)];
+    type Fold = fn(DataType, ReduceOp, &mut [u8], bool, &[&[u8]]);
+    let mut paths: Vec<(&str, Fold)> = vec![("portable", kernel::fold_portable)];
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         fn avx2(d: DataType, o: ReduceOp, dst: &mut [u8], w: bool, s: &[&[u8]]) {

@@ -132,11 +132,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 /// Serves one connection until it closes or breaks the protocol.
 fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     let mut channel = None;
-    loop {
-        let body = match wire::read_frame(&mut conn) {
-            Ok(Some(b)) => b,
-            Ok(None) | Err(_) => break,
-        };
+    while let Ok(Some(body)) = wire::read_frame(&mut conn) {
         let reply = match handle(&body, &shared, &mut channel, &conn) {
             Ok(r) => r,
             Err(e) => {

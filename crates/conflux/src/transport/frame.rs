@@ -48,6 +48,9 @@ pub enum Sink<'a> {
 }
 
 impl Sink<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     pub fn len(&self) -> usize {
         match self {
             Sink::Copy(b) | Sink::Reduce { buf: b, .. } => b.len(),

@@ -67,7 +67,7 @@ impl LinkError {
     /// Renames the ranks a transport of a sub-group numbered in its own terms (index into
     /// `world`) to the job's global ranks, which is what errors show. `Remote` comes from the
     /// store and is global already.
-    pub(crate) fn to_world(self, world: &[usize]) -> LinkError {
+    pub(crate) fn into_world(self, world: &[usize]) -> LinkError {
         let w = |r: usize| world.get(r).copied().unwrap_or(r);
         match self {
             LinkError::PeerGone { peer, detail } => LinkError::PeerGone { peer: w(peer), detail },
@@ -144,6 +144,9 @@ pub struct Transport {
     /// Operations running on a higher-priority lane of the same communicator; while there are
     /// any, this transport yields its core between chunks (see `give_way`).
     pub(crate) give_way: Option<Arc<AtomicUsize>>,
+    /// Kept between calls for algorithms that stage a message in one buffer, so its pages
+    /// are faulted in once, not every call.
+    pub(crate) staging: Vec<u8>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -164,6 +167,7 @@ impl Transport {
             seq: 0,
             posted: PostedQueue::default(),
             give_way: None,
+            staging: Vec::new(),
         }
     }
 
@@ -189,7 +193,7 @@ impl Transport {
     /// Makes `e` (in global ranks, traced to its root cause, see `Waiter::explain`) this
     /// transport's sticky state, tells the other ranks, fails posted transfers, and returns it.
     pub(crate) fn fail(&mut self, e: LinkError) -> LinkError {
-        let e = self.waiter.explain(e.to_world(&self.waiter.world));
+        let e = self.waiter.explain(e.into_world(&self.waiter.world));
         self.waiter.report(&e);
         self.broken = Some(e.clone());
         self.posted.fail_all(&e);

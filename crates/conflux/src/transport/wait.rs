@@ -68,6 +68,7 @@ pub(crate) struct SocketInterest<'a> {
 }
 
 impl Waiter {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         seg: Option<Arc<Segment>>,
         me_local: usize,

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use conflux::{Bucketer, Communicator, Priority, ReduceOp};
+use conflux::{Communicator, Priority, ReduceOp};
 use conflux_cli::verify;
 
 use super::Checker;
@@ -41,21 +41,24 @@ pub fn scenario_fusion(comm: Communicator, bitwise: bool) -> Checker {
         }
         // Bucketed, with buckets small enough that several are in flight at once.
         let mut grads: Vec<Vec<f32>> = LENGTHS.iter().enumerate().map(|(t, &l)| grad(r, t, l)).collect();
-        let mut b = Bucketer::new(&c.comm, op).with_bucket_bytes(64 << 10);
-        let mut launched_early = false;
-        for g in grads.iter_mut() {
-            b.push(g);
-            launched_early |= b.buckets() > 0;
-        }
-        if !launched_early {
-            c.failed.push(format!("bucketer ({op}): no bucket launched before the last tensor was pushed"));
-        }
-        let res = b.finish();
-        if !c.ok(&format!("bucketer ({op})"), res) {
+        let res = c.comm.bucketed(op, |b| {
+            b.set_bucket_bytes(64 << 10);
+            let mut launched_early = false;
+            for g in grads.iter_mut() {
+                b.push(g);
+                launched_early |= b.buckets() > 0;
+            }
+            (launched_early, b.buckets())
+        });
+        let Ok((launched_early, buckets)) = res else {
+            c.ok(&format!("bucketed ({op})"), res.map(|_| ()));
             continue;
+        };
+        if !launched_early || buckets < 3 {
+            c.failed.push(format!("bucketed ({op}): {buckets} buckets, launched early: {launched_early}"));
         }
         for (t, (got, want)) in grads.iter().zip(&single).enumerate() {
-            let what = format!("bucketer ({op}) tensor {t}");
+            let what = format!("bucketed ({op}) tensor {t}");
             if bitwise {
                 match got.iter().zip(want).position(|(x, y)| x.to_bits() != y.to_bits()) {
                     None => c.passed += 1,

@@ -30,7 +30,7 @@ fn memberships(n: usize) -> Vec<Vec<usize>> {
     }
     let mut rng = Lcg(n as u64 * 7919);
     for _ in 0..4 {
-        let mut pick: Vec<usize> = (0..n).filter(|_| rng.next() % 2 == 0).collect();
+        let mut pick: Vec<usize> = (0..n).filter(|_| rng.next().is_multiple_of(2)).collect();
         if pick.is_empty() {
             pick.push((rng.next() as usize) % n);
         }

@@ -12,14 +12,22 @@ use std::time::Instant;
 use conflux::config::parse_size;
 use conflux::{Communicator, Config, DataType, ReduceOp, TransportKind};
 
+mod models;
+mod step;
+
 use crate::launch::{launch, LaunchSpec};
 use crate::verify::{self, Num};
 use crate::with_dtype;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, reduce, sendrecv or all.
+    /// all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, reduce, sendrecv or all;
+    /// or a training-step benchmark: fusion (per-tensor vs coalesced vs bucketed all_reduce of
+    /// a model's gradients) or overlap (a matmul with a bucket's all_reduce underneath).
     pub op: String,
+    /// The model whose gradients `fusion` reduces: gpt2 (148 tensors) or resnet50 (161).
+    #[arg(long, default_value = "resnet50")]
+    pub model: String,
     /// Ranks to start (ignored inside an enclosing `conflux run`).
     #[arg(short = 'n', long, default_value_t = 2)]
     pub nproc: usize,
@@ -59,8 +67,8 @@ pub struct BenchArgs {
 const OPS: [&str; 7] = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "reduce", "sendrecv"];
 
 pub fn main(args: BenchArgs) -> ExitCode {
-    if args.op != "all" && !OPS.contains(&args.op.as_str()) {
-        eprintln!("conflux bench: unknown operation {:?}; one of {} or all", args.op, OPS.join(", "));
+    if !matches!(args.op.as_str(), "all" | "fusion" | "overlap") && !OPS.contains(&args.op.as_str()) {
+        eprintln!("conflux bench: unknown operation {:?}; one of {}, all, fusion or overlap", args.op, OPS.join(", "));
         return ExitCode::from(2);
     }
     if std::env::var_os("WORLD_SIZE").is_some() {
@@ -143,6 +151,11 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
         cfg.transport = TransportKind::parse(t).ok_or_else(|| format!("unknown transport {t:?}"))?;
     }
     let comm = Communicator::from_env_with(cfg).map_err(|e| e.to_string())?;
+    match args.op.as_str() {
+        "fusion" => return step::fusion(&comm, args),
+        "overlap" => return step::overlap(&comm, args),
+        _ => {}
+    }
     if args.root >= comm.size() {
         return Err(format!("--root {} is out of range for {} ranks", args.root, comm.size()));
     }
