@@ -162,21 +162,24 @@ pub fn overlap(comm: &Communicator, args: &BenchArgs) -> Result<bool, String> {
     })
     .map_err(err)?;
 
-    // The step: the previous bucket reduces underneath this step's multiply.
-    let mut wrong = 0usize;
-    let mut held = Some(vec![1.0f32; elems]);
+    // The step: the previous bucket reduces underneath this step's multiply. Timed steps
+    // reduce the last step's result again (same work); the checked step starts afresh.
+    let step = |bucket: Vec<f32>, c: &mut [f32]| -> conflux::Result<Vec<f32>> {
+        let work = comm.all_reduce_async(bucket, ReduceOp::Sum);
+        matmul(&a, &b, c, m);
+        work.wait()
+    };
+    let mut held = Some(bucket);
     let step_s = time_steps(comm, warmup, iters, || {
-        let mut buf = held.take().expect("the bucket comes back every step");
-        buf.fill(1.0);
-        let work = comm.all_reduce_async(buf, ReduceOp::Sum);
-        matmul(&a, &b, &mut c, m);
-        let buf = work.wait()?;
-        wrong += buf.iter().filter(|&&x| x != n).count();
-        held = Some(buf);
+        held = Some(step(held.take().expect("the bucket comes back every step"), &mut c)?);
         Ok(())
     })
     .map_err(err)?;
     let bad = if args.check {
+        let mut fresh = held.take().expect("returned");
+        fresh.fill(1.0);
+        let reduced = step(fresh, &mut c).map_err(err)?;
+        let wrong = reduced.iter().filter(|&&x| x != n).count();
         let mut w = [wrong as i64 + (c[0] != 0.5 * m as f32) as i64];
         comm.all_reduce(&mut w, ReduceOp::Sum).map_err(err)?;
         w[0]
