@@ -56,3 +56,25 @@ fn high_priority_overtakes_a_large_transfer() {
     run_checks(2, "priority", "shm", "60", LIMIT);
     run_checks(2, "priority", "tcp", "60", LIMIT);
 }
+
+/// The README's example (groups, fusion and priorities included) runs as a real job.
+#[test]
+fn readme_example_runs() {
+    // `cargo test` builds the examples next to the binaries it tests.
+    let bin_dir = std::path::Path::new(CONFLUX).parent().unwrap();
+    let example = bin_dir.join("examples/quickstart");
+    assert!(example.exists(), "{} was not built", example.display());
+    for n in [1, 4] {
+        let child = std::process::Command::new(CONFLUX)
+            .args(["run", "-n", &n.to_string(), "--"])
+            .arg(&example)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (out, _) = wait_output(child, LIMIT);
+        let t = text(&out);
+        assert!(out.status.success(), "{t}");
+        assert_eq!(t.lines().filter(|l| l.contains(": ok (")).count(), n, "{t}");
+    }
+}
