@@ -36,10 +36,10 @@ fn bad_arguments_are_typed_errors() {
 
 /// A rank SIGKILLed mid-collective: every other rank fails within 5 s naming it, and no
 /// shared memory is left behind.
-fn killed_rank(transport: &str) {
+fn killed_rank(transport: &str, mode: &str) {
     let before = shm_entries();
     let (n, victim) = (4, 2);
-    let children = spawn_ranks(n, &["kill", &victim.to_string()], |_| {
+    let children = spawn_ranks(n, &["kill", &victim.to_string(), mode], |_| {
         vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "60".into())]
     });
     for (r, child) in children.into_iter().enumerate() {
@@ -57,12 +57,20 @@ fn killed_rank(transport: &str) {
 
 #[test]
 fn killed_rank_shm() {
-    killed_rank("shm");
+    killed_rank("shm", "");
 }
 
 #[test]
 fn killed_rank_tcp() {
-    killed_rank("tcp");
+    killed_rank("tcp", "");
+}
+
+/// The same inside a group whose ranks are numbered differently from the job's: members and
+/// the non-member waiting elsewhere all name the dead rank by its global rank.
+#[test]
+fn killed_rank_in_a_group() {
+    killed_rank("shm", "group");
+    killed_rank("tcp", "group");
 }
 
 /// Mismatched lengths: an error on every rank well before the timeout, never a hang.

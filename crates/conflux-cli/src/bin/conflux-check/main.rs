@@ -338,8 +338,39 @@ fn scenario_errors(comm: Communicator) -> Checker {
 
 /// Rank `victim` kills itself with SIGKILL in the middle of a stream of collectives; every
 /// other rank must fail within 5 s with an error that names it.
-fn scenario_kill(comm: Communicator, victim: usize) -> ExitCode {
+/// Rank `victim` SIGKILLs itself mid-all_reduce; the others must fail within 5 s naming it.
+/// With `in_group`, the all_reduces run in a group of every rank but 0, in reverse order (so
+/// group and global ranks differ), while rank 0 waits in a barrier of the whole job.
+fn scenario_kill(comm: Communicator, victim: usize, in_group: bool) -> ExitCode {
     let r = comm.rank();
+    let group = if in_group {
+        let members: Vec<usize> = (1..comm.size()).rev().collect();
+        match comm.new_group(&members) {
+            Ok(g) => g,
+            Err(e) => {
+                println!("rank {r}: new_group failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    let comm = match (&group, in_group) {
+        (Some(g), _) => g,
+        (None, true) => {
+            let t = Instant::now();
+            let e = comm.barrier().expect_err("a barrier nobody else enters cannot complete");
+            let secs = t.elapsed().as_secs_f64();
+            println!("rank {r}: failed after {secs:.2}s: {e}");
+            if e.peer() == Some(victim) && secs < 5.0 {
+                println!("rank {r}: DETECTED rank {victim}");
+                std::process::exit(0);
+            }
+            std::process::exit(1);
+        }
+        (None, false) => &comm,
+    };
+    let r = comm.world_ranks()[comm.rank()];
     let mut buf = vec![1f32; 1 << 18];
     let mut last_ok = Instant::now();
     for i in 0.. {
@@ -406,7 +437,7 @@ fn main() -> ExitCode {
         "errors" => scenario_errors(comm),
         "kill" => {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
-            return scenario_kill(comm, victim);
+            return scenario_kill(comm, victim, args.get(2).is_some_and(|a| a == "group"));
         }
         "mismatch" => return scenario_mismatch(comm),
         "groups" => groups::scenario_groups(comm),
@@ -425,7 +456,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK], mismatch, \
+                "conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK [group]], mismatch, \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);
