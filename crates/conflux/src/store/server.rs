@@ -252,12 +252,16 @@ fn handle(
     }
 }
 
-/// Records `ev` and sends it to every monitor but `except`.
+/// Records `ev` and sends it to every monitor but `except`. Rank 0's own channels come last:
+/// this server lives in rank 0's process, and rank 0 may exit as soon as it hears of a
+/// failure, taking the store with it; by then every other rank has the event in its socket.
 fn push(st: &mut State, ev: Event, except: Option<Channel>) {
     let frame = event_frame(&ev);
-    for (&ch, w) in st.monitors.iter_mut() {
-        if Some(ch) != except {
-            let _ = w.write_all(&frame);
+    for host_last in [false, true] {
+        for (&ch, w) in st.monitors.iter_mut() {
+            if Some(ch) != except && (ch.0 == 0) == host_last {
+                let _ = w.write_all(&frame);
+            }
         }
     }
     st.history.push(ev);

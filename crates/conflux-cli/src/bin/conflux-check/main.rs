@@ -360,13 +360,7 @@ fn scenario_kill(comm: Communicator, victim: usize, in_group: bool) -> ExitCode 
         (None, true) => {
             let t = Instant::now();
             let e = comm.barrier().expect_err("a barrier nobody else enters cannot complete");
-            let secs = t.elapsed().as_secs_f64();
-            println!("rank {r}: failed after {secs:.2}s: {e}");
-            if e.peer() == Some(victim) && secs < 5.0 {
-                println!("rank {r}: DETECTED rank {victim}");
-                std::process::exit(0);
-            }
-            std::process::exit(1);
+            judge_failure(r, victim, t, e)
         }
         (None, false) => &comm,
     };
@@ -383,19 +377,22 @@ fn scenario_kill(comm: Communicator, victim: usize, in_group: bool) -> ExitCode 
                 buf.iter_mut().for_each(|x| *x = 1.0);
                 last_ok = Instant::now();
             }
-            Err(e) => {
-                let secs = last_ok.elapsed().as_secs_f64();
-                println!("rank {r}: failed after {secs:.2}s: {e}");
-                if e.peer() == Some(victim) && secs < 5.0 {
-                    println!("rank {r}: DETECTED rank {victim}");
-                    // Do not say goodbye to the store: leave like a crashed job would.
-                    std::process::exit(0);
-                }
-                std::process::exit(1);
-            }
+            Err(e) => judge_failure(r, victim, last_ok, e),
         }
     }
     unreachable!()
+}
+
+/// Exits 0 if `e` names the victim within 5 s of `since`, else 1. Without a goodbye to the
+/// store: leave like a crashed job would.
+fn judge_failure(r: usize, victim: usize, since: Instant, e: Error) -> ! {
+    let secs = since.elapsed().as_secs_f64();
+    println!("rank {r}: failed after {secs:.2}s: {e}");
+    if e.peer() == Some(victim) && secs < 5.0 {
+        println!("rank {r}: DETECTED rank {victim}");
+        std::process::exit(0);
+    }
+    std::process::exit(1);
 }
 
 /// Rank 1 calls all_reduce with one element more than the others: nobody may hang or
