@@ -107,6 +107,16 @@ pub fn scenario_groups(comm: Communicator) -> Checker {
         }
     }
 
+    // Bad lists, the same on every rank: a typed error everywhere, and no group.
+    for bad in [vec![n], vec![0, 0], vec![]] {
+        match c.comm.new_group(&bad) {
+            Err(Error::InvalidArgument(_)) => c.passed += 1,
+            other => c
+                .failed
+                .push(format!("new_group({bad:?}): expected InvalidArgument, got {:?}", other.map(|g| g.is_some()))),
+        }
+    }
+
     // split: three colors, ordered by descending key, one rank opting out.
     let color = |r: usize| (r != n / 2 || n < 3).then_some((r % 3) as u32);
     let g = c.comm.split(color(me), -(me as i64));
