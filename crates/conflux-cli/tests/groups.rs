@@ -47,6 +47,8 @@ fn fusion_matches_per_tensor_all_reduce() {
     run_checks(4, "fusion", "auto", "30", LIMIT);
     run_checks(8, "fusion", "shm", "30", LIMIT);
     run_checks(3, "fusion", "tcp", "30", LIMIT);
+    let ring = run_job(4, &["fusion"], &[("CONFLUX_ALGO", "ring"), ("CONFLUX_TIMEOUT_S", "30")], LIMIT);
+    assert_all_passed(&ring, 4);
 }
 
 /// A small high-priority all_reduce overtakes a 256 MiB normal one issued before it; normal

@@ -140,19 +140,7 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
                 let blocks = even_blocks(one.len() / esize, n, esize);
                 ring::all_reduce(t, s, one, &blocks, dtype, *op)?;
             } else {
-                // The ring works on one contiguous buffer: stage the pieces.
-                let mut flat = std::mem::take(&mut t.staging);
-                flat.clear();
-                out.iter().for_each(|p| flat.extend_from_slice(p));
-                let blocks = even_blocks(flat.len() / esize, n, esize);
-                let r = ring::all_reduce(t, s, &mut flat, &blocks, dtype, *op);
-                let mut at = 0;
-                for p in out.iter_mut() {
-                    p.copy_from_slice(&flat[at..at + p.len()]);
-                    at += p.len();
-                }
-                t.staging = flat;
-                r?;
+                ring_pieces(t, s, out, dtype, *op)?;
             }
             for p in out.iter_mut() {
                 finish_avg(*op, dtype, p, n);
@@ -203,6 +191,49 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
                 pairwise::barrier(t, s)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Pieces at least this large are reduced where they are; runs of smaller ones are staged
+/// together up to this size, which keeps the staging buffer in cache and the copies small.
+const STAGE: usize = 1 << 20;
+
+/// The ring over a buffer in pieces: it needs contiguous memory, so large pieces go one by one
+/// and small neighbours are packed into one staged message. Every rank derives the same
+/// sequence of messages from the same lengths.
+fn ring_pieces(
+    t: &mut Transport,
+    s: &Step,
+    out: &mut [&mut [u8]],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let (n, esize) = (s.size, dtype.size());
+    let mut i = 0;
+    while i < out.len() {
+        if out[i].len() >= STAGE {
+            let blocks = even_blocks(out[i].len() / esize, n, esize);
+            ring::all_reduce(t, s, out[i], &blocks, dtype, op)?;
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut flat = std::mem::take(&mut t.staging);
+        flat.clear();
+        while i < out.len() && out[i].len() < STAGE && flat.len() + out[i].len() <= STAGE {
+            flat.extend_from_slice(out[i]);
+            i += 1;
+        }
+        let blocks = even_blocks(flat.len() / esize, n, esize);
+        let r = ring::all_reduce(t, s, &mut flat, &blocks, dtype, op);
+        let mut at = 0;
+        for p in out[start..i].iter_mut() {
+            p.copy_from_slice(&flat[at..at + p.len()]);
+            at += p.len();
+        }
+        t.staging = flat;
+        r?;
     }
     Ok(())
 }

@@ -8,8 +8,10 @@ use conflux_cli::verify;
 
 use super::Checker;
 
-/// Tensor lengths shaped like a small transformer's parameters, with odd sizes mixed in.
-const LENGTHS: [usize; 14] = [768, 768, 2304, 768 * 3, 65537, 1, 0, 3072, 768 * 40, 7, 768, 768, 50000, 12];
+/// Tensor lengths shaped like a small transformer's parameters, with odd sizes mixed in, and
+/// runs of small ones both sides of tensors over 1 MiB (which the ring reduces unstaged).
+const LENGTHS: [usize; 17] =
+    [768, 768, 2304, 768 * 3, 65537, 1, 0, 3072, 300_001, 768 * 40, 7, 768, 768, 50000, 262_144, 270_000, 12];
 
 /// A rank's gradient values: not exactly representable sums, so a different reduction order
 /// would show in the bits.
