@@ -29,8 +29,8 @@ impl Communicator {
     /// Gradient fusion, as DDP's and Horovod's buckets: inside `f`, push tensors in the order
     /// their gradients become ready; whenever the open bucket reaches the bucket size
     /// (`CONFLUX_BUCKET_MB`, default 25 MiB) it is reduced asynchronously, in place, while `f`
-    /// goes on. When `f` returns, the rest is launched and everything waited for; then every
-    /// tensor holds its result. `ReduceOp::Avg` divides by the number of ranks. A tensor larger
+    /// goes on. When `f` returns, the rest is launched and everything waited for
+    /// ([`Bucketer::finish`]); then every tensor holds its result. `ReduceOp::Avg` divides by the number of ranks. A tensor larger
     /// than a bucket goes alone. Ranks must push tensors of the same lengths in the same order.
     /// Returns `f`'s value, or the first failed bucket's error.
     ///
@@ -52,8 +52,7 @@ impl Communicator {
         let cap = (self.config().bucket_bytes / T::DTYPE.size()).max(1);
         let mut b = Bucketer { comm: self, op, cap, open: Vec::new(), open_len: 0, launched: Vec::new() };
         let r = f(&mut b);
-        b.flush();
-        b.wait_all().map(|_| r)
+        b.finish().map(|_| r)
     }
 }
 
@@ -119,6 +118,13 @@ impl<'a, T: Element> Bucketer<'_, 'a, T> {
     /// Buckets launched so far.
     pub fn buckets(&self) -> usize {
         self.launched.len()
+    }
+
+    /// Launches the open bucket and waits for every bucket launched so far; the first error,
+    /// if any. The end of the `bucketed` scope does this; the tensors can be read after it.
+    pub fn finish(&mut self) -> Result<()> {
+        self.flush();
+        self.wait_all()
     }
 
     /// Waits for every launched bucket; the first error, if any.
