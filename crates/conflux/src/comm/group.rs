@@ -54,10 +54,10 @@ impl Communicator {
         let Some(color) = color else { return Ok(None) };
         let mut members: Vec<(i64, usize)> = Vec::new();
         for (r, call) in calls.iter().enumerate() {
-            let parsed = parse_split(call);
             let bad = || Error::Mismatch(format!("group call #{id}: rank {} sent {call:?}", self.core.world[r]));
-            if parsed.ok_or_else(bad)?.0 == Some(color) {
-                members.push((parsed.expect("checked").1, r));
+            let (theirs, key) = parse_split(call).ok_or_else(bad)?;
+            if theirs == Some(color) {
+                members.push((key, r));
             }
         }
         members.sort();
