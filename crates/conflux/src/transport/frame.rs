@@ -176,7 +176,9 @@ impl RxState {
                         return Ok((progressed, false));
                     }
                     let avail = src.available()?;
-                    let n = avail.len().min(*len - *done).min(budget);
+                    // A reducing sink takes whole elements only: a budget under the largest
+                    // element (8 bytes) would never let it take one.
+                    let n = avail.len().min(*len - *done).min(budget.max(8));
                     if n == 0 {
                         return Ok((progressed, false));
                     }
