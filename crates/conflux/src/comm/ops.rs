@@ -133,13 +133,10 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
                 }
             } else if direct {
                 direct::all_reduce(t, s, *input, out, dtype, *op)?;
-            } else if let [one] = &mut **out {
-                if let Some(i) = input {
-                    one.copy_from_slice(i);
-                }
-                let blocks = even_blocks(one.len() / esize, n, esize);
-                ring::all_reduce(t, s, one, &blocks, dtype, *op)?;
             } else {
+                if let Some(i) = input {
+                    out[0].copy_from_slice(i);
+                }
                 ring_pieces(t, s, out, dtype, *op)?;
             }
             for p in out.iter_mut() {
@@ -199,9 +196,10 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
 /// together up to this size, which keeps the staging buffer in cache and the copies small.
 const STAGE: usize = 1 << 20;
 
-/// The ring over a buffer in pieces: it needs contiguous memory, so large pieces go one by one
-/// and small neighbours are packed into one staged message. Every rank derives the same
-/// sequence of messages from the same lengths.
+/// The ring over a buffer in pieces: it needs contiguous memory, so large pieces (and a small
+/// one with no small neighbour) go one by one, in place, and runs of small neighbours are
+/// packed into one staged message. Every rank derives the same sequence of messages from the
+/// same lengths.
 fn ring_pieces(
     t: &mut Transport,
     s: &Step,
@@ -212,19 +210,20 @@ fn ring_pieces(
     let (n, esize) = (s.size, dtype.size());
     let mut i = 0;
     while i < out.len() {
-        if out[i].len() >= STAGE {
-            let blocks = even_blocks(out[i].len() / esize, n, esize);
-            ring::all_reduce(t, s, out[i], &blocks, dtype, op)?;
+        let (start, mut bytes) = (i, 0);
+        while i < out.len() && out[i].len() < STAGE && bytes + out[i].len() <= STAGE {
+            bytes += out[i].len();
             i += 1;
+        }
+        if i - start <= 1 {
+            i = start + 1;
+            let blocks = even_blocks(out[start].len() / esize, n, esize);
+            ring::all_reduce(t, s, out[start], &blocks, dtype, op)?;
             continue;
         }
-        let start = i;
         let mut flat = std::mem::take(&mut t.staging);
         flat.clear();
-        while i < out.len() && out[i].len() < STAGE && flat.len() + out[i].len() <= STAGE {
-            flat.extend_from_slice(out[i]);
-            i += 1;
-        }
+        out[start..i].iter().for_each(|p| flat.extend_from_slice(p));
         let blocks = even_blocks(flat.len() / esize, n, esize);
         let r = ring::all_reduce(t, s, &mut flat, &blocks, dtype, op);
         let mut at = 0;
