@@ -22,7 +22,7 @@ macro_rules! num_float {
         }
     )*};
 }
-num_float!(f32, f64, i8, u8, i32, i64);
+num_float!(f32, f64, i8, u8, i16, i32, i64);
 
 impl Num for f16 {
     fn from_f64(v: f64) -> Self {
@@ -70,6 +70,10 @@ macro_rules! with_dtype {
                 type $T = u8;
                 $body
             }
+            conflux::DataType::I16 => {
+                type $T = i16;
+                $body
+            }
             conflux::DataType::I32 => {
                 type $T = i32;
                 $body
@@ -103,6 +107,7 @@ fn wrap(dtype: DataType, v: i128) -> f64 {
     match dtype {
         DataType::I8 => v as i8 as f64,
         DataType::U8 => v as u8 as f64,
+        DataType::I16 => v as i16 as f64,
         DataType::I32 => v as i32 as f64,
         DataType::I64 => v as i64 as f64,
         _ => v as f64,
@@ -119,6 +124,8 @@ pub fn reduced(dtype: DataType, op: ReduceOp, ranks: usize, i: usize) -> f64 {
             ReduceOp::Prod => vals.product(),
             ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
             ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+            // Not defined on floats; the communicator rejects the call.
+            ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => f64::NAN,
         };
     }
     let ints = vals.map(|v| v as i128);
@@ -132,6 +139,9 @@ pub fn reduced(dtype: DataType, op: ReduceOp, ranks: usize, i: usize) -> f64 {
         ReduceOp::Prod => wrap(dtype, ints.fold(1i128, |a, b| wrap(dtype, a * b) as i128)),
         ReduceOp::Min => ints.min().unwrap_or(0) as f64,
         ReduceOp::Max => ints.max().unwrap_or(0) as f64,
+        ReduceOp::BitAnd => wrap(dtype, ints.fold(-1i128, |a, b| a & b)),
+        ReduceOp::BitOr => wrap(dtype, ints.fold(0i128, |a, b| a | b)),
+        ReduceOp::BitXor => wrap(dtype, ints.fold(0i128, |a, b| a ^ b)),
     }
 }
 

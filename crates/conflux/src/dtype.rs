@@ -12,18 +12,20 @@ pub enum DataType {
     BF16,
     I8,
     U8,
+    I16,
     I32,
     I64,
 }
 
 impl DataType {
-    pub const ALL: [DataType; 8] = [
+    pub const ALL: [DataType; 9] = [
         DataType::F32,
         DataType::F64,
         DataType::F16,
         DataType::BF16,
         DataType::I8,
         DataType::U8,
+        DataType::I16,
         DataType::I32,
         DataType::I64,
     ];
@@ -32,7 +34,7 @@ impl DataType {
     pub const fn size(self) -> usize {
         match self {
             DataType::I8 | DataType::U8 => 1,
-            DataType::F16 | DataType::BF16 => 2,
+            DataType::F16 | DataType::BF16 | DataType::I16 => 2,
             DataType::F32 | DataType::I32 => 4,
             DataType::F64 | DataType::I64 => 8,
         }
@@ -47,6 +49,7 @@ impl DataType {
             DataType::BF16 => "bfloat16",
             DataType::I8 => "int8",
             DataType::U8 => "uint8",
+            DataType::I16 => "int16",
             DataType::I32 => "int32",
             DataType::I64 => "int64",
         }
@@ -66,6 +69,7 @@ impl DataType {
             "bf16" | "bfloat16" => DataType::BF16,
             "i8" | "int8" => DataType::I8,
             "u8" | "uint8" => DataType::U8,
+            "i16" | "int16" | "short" => DataType::I16,
             "i32" | "int32" | "int" => DataType::I32,
             "i64" | "int64" => DataType::I64,
             _ => return None,
@@ -94,7 +98,7 @@ macro_rules! element {
         impl Element for $t { const DTYPE: DataType = DataType::$d; }
     )*};
 }
-element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i32 => I32, i64 => I64);
+element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i8 => I8, u8 => U8, i16 => I16, i32 => I32, i64 => I64);
 
 /// How a reduction combines elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,10 +109,35 @@ pub enum ReduceOp {
     Max,
     /// Sum, then divide by the number of ranks (integers: truncating division, as NCCL does).
     Avg,
+    /// Bitwise and (integers only).
+    BitAnd,
+    /// Bitwise or (integers only).
+    BitOr,
+    /// Bitwise exclusive or (integers only).
+    BitXor,
 }
 
 impl ReduceOp {
-    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+    pub const ALL: [ReduceOp; 8] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+        ReduceOp::BitAnd,
+        ReduceOp::BitOr,
+        ReduceOp::BitXor,
+    ];
+
+    /// True for the bitwise ops, which floating-point types do not have.
+    pub const fn is_bitwise(self) -> bool {
+        matches!(self, ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor)
+    }
+
+    /// Whether this op is defined on `dtype`: everything but bitwise ops on floats.
+    pub const fn accepts(self, dtype: DataType) -> bool {
+        !(self.is_bitwise() && dtype.is_float())
+    }
 
     pub const fn name(self) -> &'static str {
         match self {
@@ -117,6 +146,9 @@ impl ReduceOp {
             ReduceOp::Min => "min",
             ReduceOp::Max => "max",
             ReduceOp::Avg => "avg",
+            ReduceOp::BitAnd => "band",
+            ReduceOp::BitOr => "bor",
+            ReduceOp::BitXor => "bxor",
         }
     }
 

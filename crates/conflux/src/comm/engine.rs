@@ -183,13 +183,33 @@ pub struct Work<T> {
 pub(crate) struct Completer<T>(Option<Slot<T>>);
 
 /// Where a result waits for its Work: set once, with a condition variable to wake the waiter.
-type Slot<T> = Arc<(Mutex<Option<Result<T>>>, Condvar)>;
+type Slot<T> = Arc<(Mutex<Done<T>>, Condvar)>;
+
+/// A callback run once when an operation completes (see [`Work::on_complete`]).
+type Callback = Box<dyn FnOnce() + Send>;
+
+struct Done<T> {
+    result: Option<Result<T>>,
+    /// Set while the result is not.
+    callback: Option<Callback>,
+}
+
+fn complete<T>(state: Slot<T>, r: Result<T>) {
+    let callback = {
+        let mut g = lock(&state.0);
+        g.result = Some(r);
+        g.callback.take()
+    };
+    state.1.notify_all();
+    if let Some(f) = callback {
+        f();
+    }
+}
 
 impl<T> Completer<T> {
     pub fn complete(mut self, r: Result<T>) {
         if let Some(state) = self.0.take() {
-            *lock(&state.0) = Some(r);
-            state.1.notify_all();
+            complete(state, r);
         }
     }
 }
@@ -197,21 +217,38 @@ impl<T> Completer<T> {
 impl<T> Drop for Completer<T> {
     fn drop(&mut self) {
         if let Some(state) = self.0.take() {
-            *lock(&state.0) = Some(Err(Error::Closed("the operation was dropped before it completed".into())));
-            state.1.notify_all();
+            complete(state, Err(Error::Closed("the operation was dropped before it completed".into())));
         }
     }
 }
 
 impl<T> Work<T> {
     pub(crate) fn new(what: String) -> (Work<T>, Completer<T>) {
-        let state = Arc::new((Mutex::new(None), Condvar::new()));
+        let state = Arc::new((Mutex::new(Done { result: None, callback: None }), Condvar::new()));
         (Work { state: state.clone(), what }, Completer(Some(state)))
+    }
+
+    /// What the operation is, as errors name it.
+    pub fn what(&self) -> &str {
+        &self.what
     }
 
     /// True once the operation has finished, successfully or not.
     pub fn is_completed(&self) -> bool {
-        lock(&self.state.0).is_some()
+        lock(&self.state.0).result.is_some()
+    }
+
+    /// Runs `f` once the operation has finished (at once if it has): on the thread that
+    /// completes it, usually the progress engine, so `f` must be short and must not block;
+    /// hand real work to another thread. A later call replaces an earlier, not yet run, `f`.
+    pub fn on_complete(&self, f: impl FnOnce() + Send + 'static) {
+        let mut g = lock(&self.state.0);
+        if g.result.is_some() {
+            drop(g);
+            f();
+        } else {
+            g.callback = Some(Box::new(f));
+        }
     }
 
     /// Waits for the operation and returns its result. The operation's own deadline bounds this.
@@ -219,7 +256,7 @@ impl<T> Work<T> {
         let (m, cv) = &*self.state;
         let mut g = lock(m);
         loop {
-            if let Some(r) = g.take() {
+            if let Some(r) = g.result.take() {
                 return r;
             }
             g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
@@ -234,7 +271,7 @@ impl<T> Work<T> {
             let (m, cv) = &*self.state;
             let mut g = lock(m);
             loop {
-                if let Some(r) = g.take() {
+                if let Some(r) = g.result.take() {
                     return Ok(r);
                 }
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -246,5 +283,36 @@ impl<T> Work<T> {
         }
         let err = Error::WaitTimeout { op: self.what.clone(), secs: timeout.as_secs_f64() };
         Err((self, err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn on_complete_runs_once_whenever_it_is_registered() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let count = |runs: &Arc<AtomicUsize>| {
+            let runs = runs.clone();
+            move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let (before, done) = Work::<u8>::new("before".into());
+        before.on_complete(count(&runs));
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        done.complete(Ok(7));
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        before.on_complete(count(&runs));
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert_eq!(before.wait().unwrap(), 7);
+
+        let (dropped, done) = Work::<u8>::new("dropped".into());
+        dropped.on_complete(count(&runs));
+        drop(done);
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert!(matches!(dropped.wait(), Err(Error::Closed(_))));
     }
 }

@@ -1,6 +1,7 @@
 //! The communicator: the ranks of one job, their links, and the collectives a user calls.
 
 mod bootstrap;
+mod buffer;
 mod core;
 mod engine;
 mod fusion;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::core::Priority;
+pub use buffer::Buffer;
 pub use engine::Work;
 pub use fusion::Bucketer;
 
@@ -233,9 +235,10 @@ impl Communicator {
     }
 
     /// Non-blocking all_reduce in place; the buffer comes back through the handle.
-    pub fn all_reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
-        self.spawn(format!("all_reduce({} x {})", T::DTYPE, buf.len()), move |t, plan| {
-            ops::run(t, plan, Coll::AllReduce { input: None, out: &mut [bytes_mut(&mut buf)], op }, T::DTYPE)
+    pub fn all_reduce_async<B: Buffer>(&self, mut buf: B, op: ReduceOp) -> Work<B> {
+        let dtype = <B::Elem as Element>::DTYPE;
+        self.spawn(format!("all_reduce({dtype} x {})", buf.as_slice().len()), move |t, plan| {
+            ops::run(t, plan, Coll::AllReduce { input: None, out: &mut [bytes_mut(buf.as_mut_slice())], op }, dtype)
                 .map(|_| buf)
         })
     }
@@ -248,11 +251,12 @@ impl Communicator {
         self.blocking(Coll::Broadcast { buf: bytes_mut(buf), root }, T::DTYPE)
     }
 
-    pub fn broadcast_async<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Work<Vec<T>> {
+    pub fn broadcast_async<B: Buffer>(&self, mut buf: B, root: usize) -> Work<B> {
         let check = self.check_root(root, "root");
-        self.spawn(format!("broadcast({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+        let dtype = <B::Elem as Element>::DTYPE;
+        self.spawn(format!("broadcast({dtype} x {})", buf.as_slice().len()), move |t, plan| {
             check?;
-            ops::run(t, plan, Coll::Broadcast { buf: bytes_mut(&mut buf), root }, T::DTYPE).map(|_| buf)
+            ops::run(t, plan, Coll::Broadcast { buf: bytes_mut(buf.as_mut_slice()), root }, dtype).map(|_| buf)
         })
     }
 
@@ -278,11 +282,12 @@ impl Communicator {
         }
     }
 
-    pub fn reduce_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp, root: usize) -> Work<Vec<T>> {
+    pub fn reduce_async<B: Buffer>(&self, mut buf: B, op: ReduceOp, root: usize) -> Work<B> {
         let check = self.check_root(root, "root");
-        self.spawn(format!("reduce({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+        let dtype = <B::Elem as Element>::DTYPE;
+        self.spawn(format!("reduce({dtype} x {})", buf.as_slice().len()), move |t, plan| {
             check?;
-            ops::run(t, plan, Coll::Reduce { buf: bytes_mut(&mut buf), op, root }, T::DTYPE).map(|_| buf)
+            ops::run(t, plan, Coll::Reduce { buf: bytes_mut(buf.as_mut_slice()), op, root }, dtype).map(|_| buf)
         })
     }
 
@@ -303,11 +308,13 @@ impl Communicator {
     }
 
     /// Non-blocking in-place all_gather (see `all_gather_in_place`).
-    pub fn all_gather_async<T: Element>(&self, mut buf: Vec<T>) -> Work<Vec<T>> {
-        let check = self.check_divisible("all_gather", buf.len());
-        self.spawn(format!("all_gather({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+    pub fn all_gather_async<B: Buffer>(&self, mut buf: B) -> Work<B> {
+        let len = buf.as_slice().len();
+        let check = self.check_divisible("all_gather", len);
+        let dtype = <B::Elem as Element>::DTYPE;
+        self.spawn(format!("all_gather({dtype} x {len})"), move |t, plan| {
             check?;
-            ops::run(t, plan, Coll::AllGather { buf: bytes_mut(&mut buf) }, T::DTYPE).map(|_| buf)
+            ops::run(t, plan, Coll::AllGather { buf: bytes_mut(buf.as_mut_slice()) }, dtype).map(|_| buf)
         })
     }
 
@@ -328,11 +335,14 @@ impl Communicator {
         self.blocking(Coll::ReduceScatter { buf: bytes_mut(buf), op }, T::DTYPE)
     }
 
-    pub fn reduce_scatter_async<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Work<Vec<T>> {
-        let check = self.check_divisible("reduce_scatter", buf.len());
-        self.spawn(format!("reduce_scatter({} x {})", T::DTYPE, buf.len()), move |t, plan| {
+    /// Non-blocking in-place reduce_scatter (see `reduce_scatter_in_place`).
+    pub fn reduce_scatter_async<B: Buffer>(&self, mut buf: B, op: ReduceOp) -> Work<B> {
+        let len = buf.as_slice().len();
+        let check = self.check_divisible("reduce_scatter", len);
+        let dtype = <B::Elem as Element>::DTYPE;
+        self.spawn(format!("reduce_scatter({dtype} x {len})"), move |t, plan| {
             check?;
-            ops::run(t, plan, Coll::ReduceScatter { buf: bytes_mut(&mut buf), op }, T::DTYPE).map(|_| buf)
+            ops::run(t, plan, Coll::ReduceScatter { buf: bytes_mut(buf.as_mut_slice()), op }, dtype).map(|_| buf)
         })
     }
 
@@ -366,21 +376,27 @@ impl Communicator {
         )
     }
 
-    /// Non-blocking all_to_all_v; the received elements come back in a new vector.
-    pub fn all_to_all_v_async<T: Element>(
+    /// Non-blocking all_to_all_v; both buffers come back through the handle.
+    pub fn all_to_all_v_async<S: Buffer, R: Buffer<Elem = S::Elem>>(
         &self,
-        send: Vec<T>,
+        send: S,
         send_counts: &[usize],
+        mut recv: R,
         recv_counts: &[usize],
-    ) -> Work<Vec<T>> {
-        let total: usize = recv_counts.iter().sum();
-        let blocks = self.v_blocks::<T>(send.len(), send_counts, total, recv_counts);
-        self.spawn(format!("all_to_all_v({} x {})", T::DTYPE, send.len()), move |t, plan| {
+    ) -> Work<(S, R)> {
+        let dtype = <S::Elem as Element>::DTYPE;
+        let (sl, rl) = (send.as_slice().len(), recv.as_slice().len());
+        let blocks = self.v_blocks::<S::Elem>(sl, send_counts, rl, recv_counts);
+        self.spawn(format!("all_to_all_v({dtype} x {sl})"), move |t, plan| {
             let (sb, rb) = blocks?;
-            let mut recv = vec![T::zeroed(); total];
-            let coll =
-                Coll::AllToAll { send: bytes(&send), send_blocks: sb, recv: bytes_mut(&mut recv), recv_blocks: rb };
-            ops::run(t, plan, coll, T::DTYPE).map(|_| recv)
+            let coll = Coll::AllToAll {
+                send: bytes(send.as_slice()),
+                send_blocks: sb,
+                recv: bytes_mut(recv.as_mut_slice()),
+                recv_blocks: rb,
+            };
+            ops::run(t, plan, coll, dtype)?;
+            Ok((send, recv))
         })
     }
 
@@ -440,25 +456,25 @@ impl Communicator {
 
     /// Sends `buf` to `peer` in the background; the handle gives the buffer back once sent.
     /// Unlike collectives, posted sends and receives progress alongside later operations.
-    pub fn send_async<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        let what = format!("send({} x {} to rank {peer}, tag {tag})", T::DTYPE, buf.len());
+    pub fn send_async<B: Buffer>(&self, buf: B, peer: usize, tag: u32) -> Work<B> {
+        let what = format!("send({} x {} to rank {peer}, tag {tag})", <B::Elem as Element>::DTYPE, buf.as_slice().len());
         self.post(what, buf, peer, tag, true)
     }
 
     /// Receives the next message with `tag` from `peer` into `buf` in the background.
-    pub fn recv_async<T: Element>(&self, buf: Vec<T>, peer: usize, tag: u32) -> Work<Vec<T>> {
-        let what = format!("recv({} x {} from rank {peer}, tag {tag})", T::DTYPE, buf.len());
+    pub fn recv_async<B: Buffer>(&self, buf: B, peer: usize, tag: u32) -> Work<B> {
+        let what = format!("recv({} x {} from rank {peer}, tag {tag})", <B::Elem as Element>::DTYPE, buf.as_slice().len());
         self.post(what, buf, peer, tag, false)
     }
 
-    fn post<T: Element>(&self, what: String, buf: Vec<T>, peer: usize, tag: u32, send: bool) -> Work<Vec<T>> {
+    fn post<B: Buffer>(&self, what: String, buf: B, peer: usize, tag: u32, send: bool) -> Work<B> {
         let (work, done) = Work::new(what.clone());
         if let Err(e) = self.usable().and_then(|_| self.check_peer(peer)) {
             done.complete(Err(e));
             return work;
         }
         let deadline = Instant::now() + self.timeout();
-        let posted = Box::new(PostedVec { buf, done, what });
+        let posted = Box::new(PostedOwned { buf, done, what });
         self.lane().engine.submit(Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
         work
     }
@@ -490,21 +506,21 @@ impl Communicator {
 }
 
 /// The buffer of a posted send or receive, and the handle it completes.
-struct PostedVec<T: Element> {
-    buf: Vec<T>,
-    done: Completer<Vec<T>>,
+struct PostedOwned<B: Buffer> {
+    buf: B,
+    done: Completer<B>,
     what: String,
 }
 
-impl<T: Element> PostedBuf for PostedVec<T> {
+impl<B: Buffer> PostedBuf for PostedOwned<B> {
     fn bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.buf)
+        bytemuck::cast_slice(self.buf.as_slice())
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
-        bytemuck::cast_slice_mut(&mut self.buf)
+        bytemuck::cast_slice_mut(self.buf.as_mut_slice())
     }
     fn finish(self: Box<Self>, r: std::result::Result<(), LinkError>) {
-        let PostedVec { buf, done, what } = *self;
+        let PostedOwned { buf, done, what } = *self;
         done.complete(r.map(|_| buf).map_err(|source| Error::Link { op: what, source }));
     }
 }

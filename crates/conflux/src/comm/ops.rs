@@ -106,8 +106,22 @@ impl fmt::Display for Describe<'_, '_> {
     }
 }
 
-/// Runs one call on the transport.
+impl Coll<'_> {
+    /// The reduce op of a reducing call.
+    fn op(&self) -> Option<ReduceOp> {
+        match self {
+            Coll::AllReduce { op, .. } | Coll::Reduce { op, .. } | Coll::ReduceScatter { op, .. } => Some(*op),
+            _ => None,
+        }
+    }
+}
+
+/// Runs one call on the transport. A call every rank rejects (an op its dtype lacks) is
+/// rejected before it takes a sequence number, so the ranks stay in step.
 pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataType) -> Result<()> {
+    if let Some(op) = coll.op().filter(|op| !op.accepts(dtype)) {
+        return Err(Error::InvalidArgument(format!("{op} is not defined on {dtype}")));
+    }
     let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: Instant::now() + plan.timeout };
     let is_p2p = matches!(coll, Coll::Send { .. } | Coll::Recv { .. });
     let step = if is_p2p {

@@ -13,15 +13,23 @@ trait Arith: Pod + Default {
     fn mul(self, o: Self) -> Self;
     fn min(self, o: Self) -> Self;
     fn max(self, o: Self) -> Self;
+    /// The bitwise ops; floats get them on their bit patterns, but callers never ask for that.
+    fn band(self, o: Self) -> Self;
+    fn bor(self, o: Self) -> Self;
+    fn bxor(self, o: Self) -> Self;
 }
 
 macro_rules! arith_float {
     ($($t:ty),*) => {$(
+        #[allow(clippy::float_cmp)]
         impl Arith for $t {
             #[inline(always)] fn add(self, o: Self) -> Self { self + o }
             #[inline(always)] fn mul(self, o: Self) -> Self { self * o }
             #[inline(always)] fn min(self, o: Self) -> Self { if o < self { o } else { self } }
             #[inline(always)] fn max(self, o: Self) -> Self { if o > self { o } else { self } }
+            #[inline(always)] fn band(self, o: Self) -> Self { <$t>::from_bits(self.to_bits() & o.to_bits()) }
+            #[inline(always)] fn bor(self, o: Self) -> Self { <$t>::from_bits(self.to_bits() | o.to_bits()) }
+            #[inline(always)] fn bxor(self, o: Self) -> Self { <$t>::from_bits(self.to_bits() ^ o.to_bits()) }
         }
     )*};
 }
@@ -32,11 +40,14 @@ macro_rules! arith_int {
             #[inline(always)] fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
             #[inline(always)] fn min(self, o: Self) -> Self { Ord::min(self, o) }
             #[inline(always)] fn max(self, o: Self) -> Self { Ord::max(self, o) }
+            #[inline(always)] fn band(self, o: Self) -> Self { self & o }
+            #[inline(always)] fn bor(self, o: Self) -> Self { self | o }
+            #[inline(always)] fn bxor(self, o: Self) -> Self { self ^ o }
         }
     )*};
 }
 arith_float!(f32, f64);
-arith_int!(i8, u8, i32, i64);
+arith_int!(i8, u8, i16, i32, i64);
 
 /// How a stored element type becomes the type its arithmetic runs in, and back.
 trait Storage {
@@ -96,6 +107,9 @@ fn combine<A: Arith>(op: ReduceOp, acc: &mut [A], x: &[A]) {
         ReduceOp::Prod => pairs.for_each(|(a, b)| *a = a.mul(*b)),
         ReduceOp::Min => pairs.for_each(|(a, b)| *a = Arith::min(*a, *b)),
         ReduceOp::Max => pairs.for_each(|(a, b)| *a = Arith::max(*a, *b)),
+        ReduceOp::BitAnd => pairs.for_each(|(a, b)| *a = a.band(*b)),
+        ReduceOp::BitOr => pairs.for_each(|(a, b)| *a = a.bor(*b)),
+        ReduceOp::BitXor => pairs.for_each(|(a, b)| *a = a.bxor(*b)),
     }
 }
 
@@ -137,6 +151,7 @@ fn dispatch(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs:
         DataType::BF16 => fold::<Half<bf16>>(op, dst, with_dst, srcs),
         DataType::I8 => fold::<Plain<i8>>(op, dst, with_dst, srcs),
         DataType::U8 => fold::<Plain<u8>>(op, dst, with_dst, srcs),
+        DataType::I16 => fold::<Plain<i16>>(op, dst, with_dst, srcs),
         DataType::I32 => fold::<Plain<i32>>(op, dst, with_dst, srcs),
         DataType::I64 => fold::<Plain<i64>>(op, dst, with_dst, srcs),
     }
@@ -173,6 +188,7 @@ pub(super) fn divide(dtype: DataType, dst: &mut [u8], n: usize) {
         DataType::BF16 => each(dst, |v: bf16| bf16::from_f32(v.to_f32() / n as f32)),
         DataType::I8 => each(dst, |v: i8| (v as i64 / ni) as i8),
         DataType::U8 => each(dst, |v: u8| (v as i64 / ni) as u8),
+        DataType::I16 => each(dst, |v: i16| (v as i64 / ni) as i16),
         DataType::I32 => each(dst, |v: i32| (v as i64 / ni) as i32),
         DataType::I64 => each(dst, |v: i64| v / ni),
     }
