@@ -41,51 +41,6 @@ impl Num for bf16 {
     }
 }
 
-/// Calls `$body` with `$T` bound to the Rust type of a runtime `DataType`.
-#[macro_export]
-macro_rules! with_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            conflux::DataType::F32 => {
-                type $T = f32;
-                $body
-            }
-            conflux::DataType::F64 => {
-                type $T = f64;
-                $body
-            }
-            conflux::DataType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            conflux::DataType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            conflux::DataType::I8 => {
-                type $T = i8;
-                $body
-            }
-            conflux::DataType::U8 => {
-                type $T = u8;
-                $body
-            }
-            conflux::DataType::I16 => {
-                type $T = i16;
-                $body
-            }
-            conflux::DataType::I32 => {
-                type $T = i32;
-                $body
-            }
-            conflux::DataType::I64 => {
-                type $T = i64;
-                $body
-            }
-        }
-    };
-}
-
 /// Element `i` of rank `rank`'s input for a reduction with `op` (or any other collective).
 pub fn input(dtype: DataType, op: ReduceOp, rank: usize, i: usize) -> f64 {
     let unsigned = dtype == DataType::U8;

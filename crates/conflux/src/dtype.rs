@@ -162,3 +162,48 @@ impl fmt::Display for ReduceOp {
         f.write_str(self.name())
     }
 }
+
+/// Calls `$body` with `$T` bound to the Rust type of a runtime `DataType`.
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::DataType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DataType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DataType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DataType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DataType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DataType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DataType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DataType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DataType::I64 => {
+                type $T = i64;
+                $body
+            }
+        }
+    };
+}

@@ -1,6 +1,8 @@
 //! conflux: collective communication for CPU processes over shared memory and TCP.
 
 pub mod dtype;
+/// Re-exported for `with_dtype!`, whose expansions name the half types.
+pub use half;
 pub mod error;
 pub mod reduce;
 pub mod store;

@@ -17,7 +17,7 @@ mod step;
 
 use crate::launch::{launch, LaunchSpec};
 use crate::verify::{self, Num};
-use crate::with_dtype;
+use conflux::with_dtype;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {

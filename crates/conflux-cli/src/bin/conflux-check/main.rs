@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use conflux::{Communicator, DataType, Error, ReduceOp};
 use conflux_cli::verify::{self, Num};
-use conflux_cli::with_dtype;
+use conflux::with_dtype;
 
 const SMALL_COUNTS: [usize; 4] = [0, 1, 7, 1000];
 const LARGE: usize = 1_048_579;

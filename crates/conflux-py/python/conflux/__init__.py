@@ -1,0 +1,152 @@
+"""conflux: collective communication for CPU processes over shared memory and TCP.
+
+    import numpy as np, conflux
+    comm = conflux.init()                  # RANK, WORLD_SIZE, MASTER_ADDR/PORT (conflux run, torchrun)
+    grads = np.ones(1 << 20, np.float32)
+    comm.all_reduce(grads, op="avg")       # in place, zero-copy, GIL released
+    work = comm.all_reduce(grads, async_op=True)
+    ...                                    # compute while it runs
+    work.wait()
+
+Buffers are numpy arrays or any C-contiguous object with the buffer protocol; they are used
+in place. With ``async_op=True`` a call returns a ``Work`` at once; do not touch its buffers
+until it completes. ``conflux.torch`` is the torch.distributed backend.
+"""
+
+from . import _buffers as _b
+from ._native import Comm as _Comm
+from ._native import Work
+from .errors import ClosedError, CommTimeout, ConfluxError, InvalidArgument, MismatchError, PeerError
+
+__all__ = ["init", "Communicator", "Work", "ConfluxError", "InvalidArgument", "PeerError", "CommTimeout",
+           "MismatchError", "ClosedError"]
+
+REDUCE_OPS = ("sum", "prod", "min", "max", "avg", "band", "bor", "bxor")
+
+
+def init(rank=None, size=None, store=None, timeout=None):
+    """Joins a job: from the environment when `rank` is None, else by rank, size and store
+    ("host:port", served by rank 0). `timeout` (seconds) bounds every wait."""
+    if rank is None:
+        return Communicator(_Comm.from_env(timeout))
+    return Communicator(_Comm.create(rank, size, store, timeout))
+
+
+def _op(op, dtype):
+    op = str(op).lower()
+    if op not in REDUCE_OPS:
+        raise InvalidArgument(f"unknown reduce op {op!r}; one of {', '.join(REDUCE_OPS)}")
+    return _b.bool_op(op) if dtype == "bool" else op
+
+
+class Communicator:
+    """The ranks of a job, or of a group made from it, and the collectives they run."""
+
+    def __init__(self, native):
+        self._c = native
+
+    rank = property(lambda self: self._c.rank)
+    size = property(lambda self: self._c.size)
+    local_rank = property(lambda self: self._c.local_rank)
+    local_size = property(lambda self: self._c.local_size)
+    world_ranks = property(lambda self: self._c.world_ranks, doc="The job rank of each member.")
+    timeout = property(lambda self: self._c.timeout)
+
+    def _issue(self, call, args, async_op, *keep, then=None):
+        if not async_op:
+            call(*args)
+            if then is not None:
+                then()
+            return None
+        return call(*args, _b.Keep(*keep, then=then))
+
+    def all_reduce(self, buf, op="sum", async_op=False):
+        b = _b.describe(buf)
+        return self._issue(self._c.all_reduce, (b.triple(), _op(op, b.dtype)), async_op, b)
+
+    def broadcast(self, buf, root=0, async_op=False):
+        b = _b.describe(buf)
+        return self._issue(self._c.broadcast, (b.triple(), root), async_op, b)
+
+    def reduce(self, buf, root=0, op="sum", async_op=False):
+        """In place: the root's `buf` gets the reduction; the others' stay unchanged."""
+        b = _b.describe(buf)
+        return self._issue(self._c.reduce, (b.triple(), _op(op, b.dtype), root), async_op, b)
+
+    def all_gather(self, send, recv, async_op=False):
+        """`recv` (size x len(send) elements) gets every rank's `send`, in rank order."""
+        s, r = _b.describe(send, writable=False), _b.describe(recv)
+        self._same(s, r, r.count == s.count * self.size, "all_gather: recv must hold size x send")
+        _b.copy(r, self.rank * s.count, s, 0, s.count)
+        return self._issue(self._c.all_gather, (r.triple(),), async_op, r)
+
+    def reduce_scatter(self, send, recv, op="sum", async_op=False):
+        """`recv` gets block `rank` of the reduction of every rank's `send` (size x len(recv))."""
+        s, r = _b.describe(send, writable=False), _b.describe(recv)
+        self._same(s, r, s.count == r.count * self.size, "reduce_scatter: send must hold size x recv")
+        tmp = _b.scratch(s.count, s.dtype)
+        _b.copy(tmp, 0, s, 0, s.count)
+        def then():
+            _b.copy(r, 0, tmp, self.rank * r.count, r.count)
+        return self._issue(self._c.reduce_scatter, (tmp.triple(), _op(op, s.dtype)), async_op, tmp, r, then=then)
+
+    def all_to_all(self, send, recv, send_counts=None, recv_counts=None, async_op=False):
+        """Block p of `send` goes to rank p; counts (elements per rank) default to equal blocks."""
+        s, r = _b.describe(send, writable=False), _b.describe(recv)
+        self._same(s, r, True, "")
+        n = self.size
+        if send_counts is None:
+            send_counts = [s.count // n] * n if s.count % n == 0 else [s.count] * n
+        if recv_counts is None:
+            recv_counts = [r.count // n] * n if r.count % n == 0 else [r.count] * n
+        args = (s.triple(), list(send_counts), r.triple(), list(recv_counts))
+        return self._issue(self._c.all_to_all_v, args, async_op, s, r)
+
+    def send(self, buf, peer, tag=0, async_op=False):
+        b = _b.describe(buf, writable=False)
+        return self._issue(self._c.send, (b.triple(), peer, tag), async_op, b)
+
+    def recv(self, buf, peer, tag=0, async_op=False):
+        b = _b.describe(buf)
+        return self._issue(self._c.recv, (b.triple(), peer, tag), async_op, b)
+
+    def barrier(self, async_op=False):
+        return self._issue(self._c.barrier, (), async_op)
+
+    def new_group(self, ranks):
+        """Collective over this communicator: `ranks[i]` becomes rank i. None for non-members."""
+        g = self._c.new_group(list(ranks))
+        return None if g is None else Communicator(g)
+
+    def split(self, color, key=0):
+        """MPI_Comm_split: equal colors form a group ordered by (key, rank); None opts out."""
+        g = self._c.split(color, key)
+        return None if g is None else Communicator(g)
+
+    def with_priority(self, priority):
+        """A handle whose operations run on the "high" (or "normal") priority lane."""
+        if priority not in ("high", "normal"):
+            raise InvalidArgument(f"priority must be 'high' or 'normal', not {priority!r}")
+        return Communicator(self._c.with_priority(priority == "high"))
+
+    def abort(self):
+        self._c.abort()
+
+    def shutdown(self):
+        self._c.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    def __repr__(self):
+        return f"<conflux.Communicator rank {self.rank} of {self.size}>"
+
+    @staticmethod
+    def _same(a, b, ok, msg):
+        if a.dtype != b.dtype:
+            raise InvalidArgument(f"send is {a.dtype}, recv is {b.dtype}")
+        if not ok:
+            raise InvalidArgument(f"{msg} ({a.count} and {b.count} elements)")

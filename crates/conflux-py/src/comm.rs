@@ -1,0 +1,222 @@
+//! `conflux._native.Comm`: a communicator, with every collective taking buffers as
+//! (address, count, dtype) triples (see `raw.rs`). Each call blocks, with the GIL released,
+//! unless `done` is given: then it returns a `Work` at once and calls `done()` when over.
+
+use std::time::Duration;
+
+use conflux::{with_dtype, Buffer, CommBuilder, Communicator, Config, Priority, ReduceOp};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::errors::py_err;
+use crate::raw::{Raw, Region, Triple};
+use crate::work::Work;
+
+#[pyclass(module = "conflux._native", frozen)]
+pub struct Comm {
+    inner: Communicator,
+}
+
+fn reduce_op(name: &str) -> PyResult<ReduceOp> {
+    ReduceOp::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown reduce op {name:?}")))
+}
+
+/// Either runs `blocking` with the GIL released, or returns the Work `spawn` starts.
+fn issue<T: Send + 'static>(
+    py: Python<'_>,
+    done: Option<Py<PyAny>>,
+    blocking: impl FnOnce() -> conflux::Result<()> + Send,
+    spawn: impl FnOnce() -> conflux::Work<T>,
+) -> PyResult<Option<Work>> {
+    match done {
+        None => py.detach(blocking).map(|_| None).map_err(py_err),
+        Some(cb) => Ok(Some(Work::new(spawn(), Some(cb)))),
+    }
+}
+
+#[pymethods]
+impl Comm {
+    /// Joins the job the environment describes (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+    /// CONFLUX_*); `timeout` (seconds) overrides CONFLUX_TIMEOUT_S.
+    #[staticmethod]
+    #[pyo3(signature = (timeout=None))]
+    fn from_env(py: Python<'_>, timeout: Option<f64>) -> PyResult<Comm> {
+        let mut config = Config::from_env().map_err(py_err)?;
+        if let Some(t) = timeout {
+            config.timeout = Duration::from_secs_f64(t);
+        }
+        let inner = py.detach(|| Communicator::from_env_with(config)).map_err(py_err)?;
+        Ok(Comm { inner })
+    }
+
+    /// Joins a job by explicit rank, size and store ("host:port"; rank 0 serves it).
+    #[staticmethod]
+    #[pyo3(signature = (rank, size, store=None, timeout=None))]
+    fn create(py: Python<'_>, rank: usize, size: usize, store: Option<String>, timeout: Option<f64>) -> PyResult<Comm> {
+        let mut config = Config::from_env().map_err(py_err)?;
+        if let Some(t) = timeout {
+            config.timeout = Duration::from_secs_f64(t);
+        }
+        let mut b = CommBuilder::new(rank, size).config(config);
+        if let Some(s) = store {
+            b = b.store(s);
+        }
+        let inner = py.detach(|| b.build()).map_err(py_err)?;
+        Ok(Comm { inner })
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    #[getter]
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    #[getter]
+    fn local_rank(&self) -> usize {
+        self.inner.local_rank()
+    }
+    #[getter]
+    fn local_size(&self) -> usize {
+        self.inner.local_size()
+    }
+    #[getter]
+    fn world_ranks(&self) -> Vec<usize> {
+        self.inner.world_ranks().to_vec()
+    }
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.inner.timeout().as_secs_f64()
+    }
+
+    /// A handle on this communicator whose operations run on the high-priority lane.
+    fn with_priority(&self, high: bool) -> Comm {
+        let p = if high { Priority::High } else { Priority::Normal };
+        Comm { inner: self.inner.with_priority(p) }
+    }
+
+    /// Collective over this communicator: `ranks[i]` becomes rank i; None for non-members.
+    fn new_group(&self, py: Python<'_>, ranks: Vec<usize>) -> PyResult<Option<Comm>> {
+        let g = py.detach(|| self.inner.new_group(&ranks)).map_err(py_err)?;
+        Ok(g.map(|inner| Comm { inner }))
+    }
+
+    /// MPI_Comm_split: ranks with the same color form a group, ordered by (key, rank).
+    #[pyo3(signature = (color, key=0))]
+    fn split(&self, py: Python<'_>, color: Option<u32>, key: i64) -> PyResult<Option<Comm>> {
+        let g = py.detach(|| self.inner.split(color, key)).map_err(py_err)?;
+        Ok(g.map(|inner| Comm { inner }))
+    }
+
+    #[pyo3(signature = (buf, op, done=None))]
+    fn all_reduce(&self, py: Python<'_>, buf: Triple, op: &str, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let (r, op, c) = (Region::parse(&buf)?, reduce_op(op)?, &self.inner);
+        with_dtype!(r.dtype(), T => {
+            let mut b = Raw::<T>::new(r)?;
+            issue(py, done, || c.all_reduce(b.as_mut_slice(), op), || c.all_reduce_async(Raw::<T>::new(r).expect("checked"), op))
+        })
+    }
+
+    #[pyo3(signature = (buf, root, done=None))]
+    fn broadcast(&self, py: Python<'_>, buf: Triple, root: usize, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let (r, c) = (Region::parse(&buf)?, &self.inner);
+        with_dtype!(r.dtype(), T => {
+            let mut b = Raw::<T>::new(r)?;
+            issue(py, done, || c.broadcast(b.as_mut_slice(), root), || c.broadcast_async(Raw::<T>::new(r).expect("checked"), root))
+        })
+    }
+
+    /// In place: the root's buffer gets the reduction; other ranks' buffers are unchanged.
+    #[pyo3(signature = (buf, op, root, done=None))]
+    fn reduce(&self, py: Python<'_>, buf: Triple, op: &str, root: usize, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let (r, op, c) = (Region::parse(&buf)?, reduce_op(op)?, &self.inner);
+        with_dtype!(r.dtype(), T => {
+            let mut b = Raw::<T>::new(r)?;
+            issue(py, done, || c.reduce(b.as_mut_slice(), op, root), || c.reduce_async(Raw::<T>::new(r).expect("checked"), op, root))
+        })
+    }
+
+    /// In place: `buf` holds size blocks, this rank's already in place.
+    #[pyo3(signature = (buf, done=None))]
+    fn all_gather(&self, py: Python<'_>, buf: Triple, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let (r, c) = (Region::parse(&buf)?, &self.inner);
+        with_dtype!(r.dtype(), T => {
+            let mut b = Raw::<T>::new(r)?;
+            issue(py, done, || c.all_gather_in_place(b.as_mut_slice()), || c.all_gather_async(Raw::<T>::new(r).expect("checked")))
+        })
+    }
+
+    /// In place: afterwards block `rank` of `buf` holds this rank's reduced block.
+    #[pyo3(signature = (buf, op, done=None))]
+    fn reduce_scatter(&self, py: Python<'_>, buf: Triple, op: &str, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let (r, op, c) = (Region::parse(&buf)?, reduce_op(op)?, &self.inner);
+        with_dtype!(r.dtype(), T => {
+            let mut b = Raw::<T>::new(r)?;
+            issue(py, done, || c.reduce_scatter_in_place(b.as_mut_slice(), op), || c.reduce_scatter_async(Raw::<T>::new(r).expect("checked"), op))
+        })
+    }
+
+    /// Uneven all_to_all: rank p gets `send_counts[p]` elements, `recv_counts[p]` come from it.
+    #[pyo3(signature = (send, send_counts, recv, recv_counts, done=None))]
+    fn all_to_all_v(
+        &self,
+        py: Python<'_>,
+        send: Triple,
+        send_counts: Vec<usize>,
+        recv: Triple,
+        recv_counts: Vec<usize>,
+        done: Option<Py<PyAny>>,
+    ) -> PyResult<Option<Work>> {
+        let (s, r, c) = (Region::parse(&send)?, Region::parse(&recv)?, &self.inner);
+        with_dtype!(s.dtype(), T => {
+            let (sb, mut rb) = (Raw::<T>::new(s)?, Raw::<T>::new(r)?);
+            let (ss, rs) = (sb.as_slice(), rb.as_mut_slice());
+            issue(
+                py,
+                done,
+                || c.all_to_all_v(ss, &send_counts, rs, &recv_counts),
+                || c.all_to_all_v_async(Raw::<T>::new(s).expect("checked"), &send_counts, Raw::<T>::new(r).expect("checked"), &recv_counts),
+            )
+        })
+    }
+
+    #[pyo3(signature = (buf, peer, tag=0, done=None))]
+    fn send(&self, py: Python<'_>, buf: Triple, peer: usize, tag: u32, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let (r, c) = (Region::parse(&buf)?, &self.inner);
+        with_dtype!(r.dtype(), T => {
+            let b = Raw::<T>::new(r)?;
+            let data = b.as_slice();
+            issue(py, done, || c.send(data, peer, tag), || c.send_async(Raw::<T>::new(r).expect("checked"), peer, tag))
+        })
+    }
+
+    #[pyo3(signature = (buf, peer, tag=0, done=None))]
+    fn recv(&self, py: Python<'_>, buf: Triple, peer: usize, tag: u32, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let (r, c) = (Region::parse(&buf)?, &self.inner);
+        with_dtype!(r.dtype(), T => {
+            let mut b = Raw::<T>::new(r)?;
+            issue(py, done, || c.recv(b.as_mut_slice(), peer, tag), || c.recv_async(Raw::<T>::new(r).expect("checked"), peer, tag))
+        })
+    }
+
+    #[pyo3(signature = (done=None))]
+    fn barrier(&self, py: Python<'_>, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+        let c = &self.inner;
+        issue(py, done, || c.barrier(), || c.barrier_async())
+    }
+
+    /// Stops every pending and future operation on this rank; never blocks.
+    fn abort(&self) {
+        self.inner.abort();
+    }
+
+    /// Finishes what was issued, says goodbye and closes the links.
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.shutdown()).map_err(py_err)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<conflux Comm rank {} of {}>", self.inner.rank(), self.inner.size())
+    }
+}
