@@ -129,7 +129,14 @@ impl Comm {
 
     /// In place: the root's buffer gets the reduction; other ranks' buffers are unchanged.
     #[pyo3(signature = (buf, op, root, done=None))]
-    fn reduce(&self, py: Python<'_>, buf: Triple, op: &str, root: usize, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+    fn reduce(
+        &self,
+        py: Python<'_>,
+        buf: Triple,
+        op: &str,
+        root: usize,
+        done: Option<Py<PyAny>>,
+    ) -> PyResult<Option<Work>> {
         let (r, op, c) = (Region::parse(&buf)?, reduce_op(op)?, &self.inner);
         with_dtype!(r.dtype(), T => {
             let mut b = Raw::<T>::new(r)?;
@@ -182,7 +189,14 @@ impl Comm {
     }
 
     #[pyo3(signature = (buf, peer, tag=0, done=None))]
-    fn send(&self, py: Python<'_>, buf: Triple, peer: usize, tag: u32, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+    fn send(
+        &self,
+        py: Python<'_>,
+        buf: Triple,
+        peer: usize,
+        tag: u32,
+        done: Option<Py<PyAny>>,
+    ) -> PyResult<Option<Work>> {
         let (r, c) = (Region::parse(&buf)?, &self.inner);
         with_dtype!(r.dtype(), T => {
             let b = Raw::<T>::new(r)?;
@@ -192,7 +206,14 @@ impl Comm {
     }
 
     #[pyo3(signature = (buf, peer, tag=0, done=None))]
-    fn recv(&self, py: Python<'_>, buf: Triple, peer: usize, tag: u32, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
+    fn recv(
+        &self,
+        py: Python<'_>,
+        buf: Triple,
+        peer: usize,
+        tag: u32,
+        done: Option<Py<PyAny>>,
+    ) -> PyResult<Option<Work>> {
         let (r, c) = (Region::parse(&buf)?, &self.inner);
         with_dtype!(r.dtype(), T => {
             let mut b = Raw::<T>::new(r)?;

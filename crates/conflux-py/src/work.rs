@@ -7,8 +7,8 @@
 //! their operations completed.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
@@ -37,11 +37,20 @@ impl<T: Send + 'static> Pending for conflux::Work<T> {
     }
 }
 
+/// Where a Work stands. Its outcome is kept, so that the completion callback and the user can
+/// both wait and both see the same error.
+enum State {
+    Pending(Box<dyn Pending>),
+    /// A thread is waiting on the operation; others wait for it to record the outcome.
+    Waiting,
+    Done(Option<conflux::Error>),
+}
+
 /// The handle of one asynchronous operation.
 #[pyclass(module = "conflux._native", frozen)]
 pub struct Work {
-    /// Taken by the first successful wait.
-    inner: Mutex<Option<Box<dyn Pending>>>,
+    state: Mutex<State>,
+    changed: Condvar,
     what: String,
 }
 
@@ -56,37 +65,75 @@ impl Work {
                 let _ = tx.send(cb);
             });
         }
-        Work { inner: Mutex::new(Some(Box::new(w))), what }
+        Work { state: Mutex::new(State::Pending(Box::new(w))), changed: Condvar::new(), what }
     }
 
-    fn take(&self) -> Option<Box<dyn Pending>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).take()
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The outcome, waiting at most `timeout`; the GIL must be released.
+    fn outcome(&self, timeout: Option<Duration>) -> conflux::Result<()> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut g = self.lock();
+        loop {
+            match std::mem::replace(&mut *g, State::Waiting) {
+                State::Done(e) => {
+                    *g = State::Done(e.clone());
+                    return e.map_or(Ok(()), Err);
+                }
+                State::Waiting => {
+                    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    if left.is_some_and(|l| l.is_zero()) {
+                        return Err(self.timed_out(timeout));
+                    }
+                    g = match left {
+                        None => self.changed.wait(g).unwrap_or_else(|p| p.into_inner()),
+                        Some(l) => self.changed.wait_timeout(g, l).unwrap_or_else(|p| p.into_inner()).0,
+                    };
+                }
+                State::Pending(p) => {
+                    drop(g);
+                    let r = match deadline {
+                        None => Ok(p.wait()),
+                        Some(d) => p.wait_for(d.saturating_duration_since(Instant::now())),
+                    };
+                    g = self.lock();
+                    let timed_out = r.is_err();
+                    *g = match r {
+                        Ok(r) => State::Done(r.err()),
+                        Err((p, _)) => State::Pending(p),
+                    };
+                    self.changed.notify_all();
+                    if timed_out {
+                        return Err(self.timed_out(timeout));
+                    }
+                }
+            }
+        }
+    }
+
+    fn timed_out(&self, timeout: Option<Duration>) -> conflux::Error {
+        conflux::Error::WaitTimeout { op: self.what.clone(), secs: timeout.unwrap_or_default().as_secs_f64() }
     }
 }
 
 #[pymethods]
 impl Work {
-    /// Waits for the operation (at most `timeout` seconds, if given) and raises its error.
-    /// Waiting again after success returns at once.
+    /// Waits for the operation (at most `timeout` seconds, if given) and raises its error, as
+    /// often as it is asked. A timed-out wait leaves the operation running.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let Some(pending) = self.take() else { return Ok(true) };
-        let outcome = py.detach(|| match timeout {
-            None => Ok(pending.wait()),
-            Some(s) => pending.wait_for(Duration::from_secs_f64(s.max(0.0))),
-        });
-        match outcome {
-            Ok(r) => r.map(|_| true).map_err(py_err),
-            Err((pending, e)) => {
-                *self.inner.lock().unwrap_or_else(|p| p.into_inner()) = Some(pending);
-                Err(py_err(e))
-            }
-        }
+        let timeout = timeout.map(|s| Duration::from_secs_f64(s.max(0.0)));
+        py.detach(|| self.outcome(timeout)).map(|_| true).map_err(py_err)
     }
 
     fn is_completed(&self) -> bool {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.as_ref().is_none_or(|p| p.is_completed())
+        match &*self.lock() {
+            State::Pending(p) => p.is_completed(),
+            State::Waiting => false,
+            State::Done(_) => true,
+        }
     }
 
     #[getter]

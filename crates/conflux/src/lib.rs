@@ -13,7 +13,7 @@ pub use error::{Error, Result};
 mod algo;
 mod comm;
 pub mod config;
-pub use comm::{Buffer, Bucketer, CommBuilder, Communicator, Priority, Work};
+pub use comm::{Bucketer, Buffer, CommBuilder, Communicator, Priority, Work};
 pub use config::{AlgoChoice, Config, TransportKind};
 pub use store::StoreError;
 pub use transport::LinkError;

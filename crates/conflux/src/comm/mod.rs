@@ -457,13 +457,15 @@ impl Communicator {
     /// Sends `buf` to `peer` in the background; the handle gives the buffer back once sent.
     /// Unlike collectives, posted sends and receives progress alongside later operations.
     pub fn send_async<B: Buffer>(&self, buf: B, peer: usize, tag: u32) -> Work<B> {
-        let what = format!("send({} x {} to rank {peer}, tag {tag})", <B::Elem as Element>::DTYPE, buf.as_slice().len());
+        let what =
+            format!("send({} x {} to rank {peer}, tag {tag})", <B::Elem as Element>::DTYPE, buf.as_slice().len());
         self.post(what, buf, peer, tag, true)
     }
 
     /// Receives the next message with `tag` from `peer` into `buf` in the background.
     pub fn recv_async<B: Buffer>(&self, buf: B, peer: usize, tag: u32) -> Work<B> {
-        let what = format!("recv({} x {} from rank {peer}, tag {tag})", <B::Elem as Element>::DTYPE, buf.as_slice().len());
+        let what =
+            format!("recv({} x {} from rank {peer}, tag {tag})", <B::Elem as Element>::DTYPE, buf.as_slice().len());
         self.post(what, buf, peer, tag, false)
     }
 

@@ -9,9 +9,9 @@ mod groups;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use conflux::with_dtype;
 use conflux::{Communicator, DataType, Error, ReduceOp};
 use conflux_cli::verify::{self, Num};
-use conflux::with_dtype;
 
 const SMALL_COUNTS: [usize; 4] = [0, 1, 7, 1000];
 const LARGE: usize = 1_048_579;

@@ -1,0 +1,437 @@
+"""The torch.distributed backend "conflux", for CPU tensors.
+
+    import torch, torch.distributed as dist
+    dist.init_process_group(backend="conflux")   # env:// (torchrun, conflux run) or tcp://
+    dist.all_reduce(t)
+
+The package's entry point (group ``torch.distributed.backends``) registers the backend when
+torch first meets the name, so no import is needed. ``register()`` does it by hand.
+
+Each process group torch creates (the default one, each ``new_group``) is its own conflux
+communicator, bootstrapped through the store torch hands over: rank 0 of the group serves a
+conflux store on a free port and publishes its address there. Tensors reach conflux by
+address and length (``data_ptr``, ``numel``); a non-contiguous tensor goes through a
+contiguous copy that is copied back when the operation completes.
+"""
+
+import math
+import os
+import socket
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+
+from . import _buffers as _b
+from ._native import Comm as _Comm
+from .errors import CommTimeout, InvalidArgument
+
+NAME = "conflux"
+
+_DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+           torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32",
+           torch.int64: "i64", torch.bool: "bool"}
+
+_R = dist.ReduceOp.RedOpType
+_OPS = {_R.SUM: "sum", _R.PRODUCT: "prod", _R.MIN: "min", _R.MAX: "max", _R.AVG: "avg",
+        _R.BAND: "band", _R.BOR: "bor", _R.BXOR: "bxor"}
+
+
+def register():
+    """Registers the backend with torch.distributed (idempotent)."""
+    if NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+
+
+def _create(opts, backend_options):
+    timeout = opts.timeout.total_seconds() if isinstance(opts.timeout, timedelta) else None
+    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout,
+                          list(opts.global_ranks_in_group or []))
+
+
+def _dtype(t):
+    if t.device.type != "cpu":
+        raise InvalidArgument(f"conflux serves CPU tensors; this one is on {t.device}")
+    d = _DTYPES.get(t.dtype)
+    if d is None:
+        raise InvalidArgument(f"conflux does not carry {t.dtype}")
+    return d
+
+
+def _triple(t):
+    """The native triple of a contiguous CPU tensor: its memory, in place."""
+    return t.data_ptr(), t.numel(), _b.native_dtype(_dtype(t))
+
+
+def _op(reduce_op, t):
+    """(conflux op name, premultiply factor or None) for a torch ReduceOp on tensor t."""
+    kind = reduce_op.op if hasattr(reduce_op, "op") else reduce_op
+    if kind == _R.PREMUL_SUM:
+        factor = reduce_op.factor
+        return ("max" if t.dtype == torch.bool else "sum"), factor
+    name = _OPS.get(kind)
+    if name is None:
+        raise InvalidArgument(f"conflux does not support {kind}")
+    return (_b.bool_op(name) if t.dtype == torch.bool else name), None
+
+
+def _host(store):
+    """The address torch's store listens on: where this group's conflux store goes too."""
+    s = store
+    while hasattr(s, "underlying_store"):
+        s = s.underlying_store
+    host = getattr(s, "host", None)
+    if host:
+        return host
+    return os.environ.get("MASTER_ADDR", "127.0.0.1")
+
+
+def _free_port(host):
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ConfluxWork(dist._Work):
+    """The torch Work of one backend call: one or more conflux operations, then `finish` (the
+    copies into outputs), then the future completes with the output tensors."""
+
+    def __init__(self, outputs):
+        super().__init__()
+        self._outputs = outputs
+        self._natives = []
+        self._finish = []
+        self._error = None
+        self._done = threading.Event()
+        self._future = torch.futures.Future()
+        self._left = 1  # one for the issuing thread, released by `_issued`
+        self._lock = threading.Lock()
+
+    # -- building, from the backend --
+    def _callback(self, *keep):
+        self._left += 1
+        return _b.Keep(*keep, then=self._one_done)
+
+    def _issued(self):
+        self._one_done()
+        return self
+
+    def _one_done(self):
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if not last:
+            return
+        try:
+            for w in self._natives:
+                w.wait()
+            for f in self._finish:
+                f()
+        except Exception as e:  # noqa: BLE001 - handed to whoever waits
+            self._error = e
+        self._done.set()
+        if self._error is None:
+            self._future.set_result(self._outputs)
+        else:
+            self._future.set_exception(self._error)
+
+    # -- torch's Work interface --
+    def wait(self, timeout=None):
+        t = None
+        if isinstance(timeout, timedelta) and timeout.total_seconds() > 0:
+            t = timeout.total_seconds()
+        if not self._done.wait(t):
+            raise CommTimeout(f"{self} did not complete within {t:.3f}s")
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        return self._outputs
+
+    def __repr__(self):
+        what = ", ".join(w.what for w in self._natives) or "no-op"
+        return f"<ConfluxWork {what}>"
+
+
+class ConfluxBackend(_C10dBackend):
+    """torch.distributed's view of one conflux communicator."""
+
+    def __init__(self, store, rank, size, timeout=None, global_ranks=None):
+        super().__init__(rank, size)
+        addr = None
+        if size > 1:
+            key = "conflux/store"
+            if rank == 0:
+                host = _host(store)
+                store.set(key, f"{host}:{_free_port(host)}")
+            addr = store.get(key).decode()
+        self._comm = _Comm.create(rank, size, addr, timeout)
+        self._global_ranks = global_ranks or list(range(size))
+        self._async = False
+
+    def getBackendName(self):
+        return NAME
+
+    @property
+    def supports_splitting(self):
+        return False
+
+    # -- the machinery every method uses --
+    def _run(self, opts, outputs, steps):
+        """Runs `steps`, a list of (native method, args, tensors it uses, finish or None),
+        blocking (GIL released) or asynchronously as `opts.asyncOp` says."""
+        work = ConfluxWork(outputs)
+        if not getattr(opts, "asyncOp", True):
+            for call, args, _keep, finish in steps:
+                call(*args)
+                if finish is not None:
+                    finish()
+            work._done.set()
+            work._future.set_result(outputs)
+            return work
+        for call, args, keep, finish in steps:
+            work._natives.append(call(*args, work._callback(*keep)))
+            if finish is not None:
+                work._finish.append(finish)
+        return work._issued()
+
+    @staticmethod
+    def _contig(t):
+        """(contiguous tensor to work on, finish copying it back into t or None)."""
+        _dtype(t)
+        if t.is_contiguous():
+            return t, None
+        c = t.contiguous()
+        return c, (lambda: t.copy_(c))
+
+    def _reducing(self, call, t, opts, *extra):
+        name, factor = _op(opts.reduceOp, t)
+        c, back = self._contig(t)
+        if factor is not None:
+            if c is t:
+                c = t.clone()
+                back = (lambda: t.copy_(c))
+            c.mul_(factor)
+        return (call, (_triple(c), name, *extra), (c, t), back)
+
+    # -- collectives --
+    def allreduce(self, tensors, opts):
+        return self._run(opts, tensors, [self._reducing(self._comm.all_reduce, t, opts) for t in tensors])
+
+    def allreduce_coalesced(self, tensors, opts):
+        if not tensors:
+            return self._run(opts, tensors, [])
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        step = self._reducing(self._comm.all_reduce, flat, opts)
+
+        def scatter_back():
+            if step[3] is not None:
+                step[3]()
+            at = 0
+            for t in tensors:
+                t.copy_(flat[at:at + t.numel()].view_as(t))
+                at += t.numel()
+        return self._run(opts, tensors, [step[:3] + (scatter_back,)])
+
+    def reduce(self, tensors, opts):
+        t = tensors[opts.rootTensor]
+        return self._run(opts, tensors, [self._reducing(self._comm.reduce, t, opts, opts.rootRank)])
+
+    def broadcast(self, tensors, opts):
+        steps = []
+        for t in tensors:
+            c, back = self._contig(t)
+            steps.append((self._comm.broadcast, (_triple(c), opts.rootRank), (c, t), back))
+        return self._run(opts, tensors, steps)
+
+    def _gather_into(self, flat, inp):
+        """Copies `inp` into this rank's block of the flat all_gather buffer."""
+        n = inp.numel()
+        flat[self.rank() * n:(self.rank() + 1) * n].copy_(inp.reshape(-1))
+
+    def _all_gather_step(self, outs, inp):
+        """One all_gather of `inp` into the list of tensors `outs` (one per rank)."""
+        self._check_list(outs, inp, "all_gather")
+        flat = torch.empty(inp.numel() * self.size(), dtype=inp.dtype)
+        self._gather_into(flat, inp)
+
+        def split():
+            for o, block in zip(outs, flat.chunk(self.size())):
+                o.copy_(block.view_as(o))
+        return (self._comm.all_gather, (_triple(flat),), (flat, inp, *outs), split)
+
+    def allgather(self, output_tensors, input_tensors, opts):
+        steps = [self._all_gather_step(o, i) for o, i in zip(output_tensors, input_tensors)]
+        return self._run(opts, output_tensors, steps)
+
+    def allgather_coalesced(self, output_lists, input_list, opts):
+        return self.allgather(output_lists, input_list, opts)
+
+    def _all_gather_single_step(self, output, inp):
+        if output.numel() != inp.numel() * self.size() or output.dtype != inp.dtype:
+            raise InvalidArgument(f"all_gather_into_tensor: output has {output.numel()} {output.dtype}, "
+                                  f"expected {self.size()} x {inp.numel()} {inp.dtype}")
+        c, back = self._contig(output)
+        self._gather_into(c.view(-1), inp)
+        return (self._comm.all_gather, (_triple(c),), (c, output, inp), back)
+
+    def all_gather_single(self, output, inp, opts):
+        return self._run(opts, [output], [self._all_gather_single_step(output, inp)])
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        steps = [self._all_gather_single_step(o, i) for o, i in zip(outputs, inputs)]
+        return self._run(opts, outputs, steps)
+
+    def _reduce_scatter_step(self, output, flat, opts):
+        """Reduce-scatters the flat (size x n) buffer `flat`, which it may clobber, into output."""
+        if flat.numel() != output.numel() * self.size() or flat.dtype != output.dtype:
+            raise InvalidArgument(f"reduce_scatter: input has {flat.numel()} {flat.dtype}, "
+                                  f"expected {self.size()} x {output.numel()} {output.dtype}")
+        step = self._reducing(self._comm.reduce_scatter, flat, opts)
+        work_on = step[2][0]
+        n = output.numel()
+
+        def take_block():
+            output.copy_(work_on[self.rank() * n:(self.rank() + 1) * n].view_as(output))
+        return step[:3] + (take_block,)
+
+    def reduce_scatter(self, output_tensors, input_lists, opts):
+        steps = []
+        for out, ins in zip(output_tensors, input_lists):
+            self._check_list(ins, out, "reduce_scatter")
+            steps.append(self._reduce_scatter_step(out, torch.cat([t.reshape(-1) for t in ins]), opts))
+        return self._run(opts, output_tensors, steps)
+
+    def reduce_scatter_single(self, output, inp, opts):
+        flat = inp.reshape(-1).clone()
+        return self._run(opts, [output], [self._reduce_scatter_step(output, flat, opts)])
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        steps = [self._reduce_scatter_step(o, i.reshape(-1).clone(), opts) for o, i in zip(outputs, inputs)]
+        return self._run(opts, outputs, steps)
+
+    def _v_step(self, send, send_counts, recv, recv_counts, outputs_back=None):
+        """all_to_all_v of flat contiguous tensors; `outputs_back` copies recv into outputs."""
+        if send.dtype != recv.dtype:
+            raise InvalidArgument(f"all_to_all: input is {send.dtype}, output {recv.dtype}")
+        args = (_triple(send), list(send_counts), _triple(recv), list(recv_counts))
+        return (self._comm.all_to_all_v, args, (send, recv), outputs_back)
+
+    def alltoall(self, output_tensors, input_tensors, opts):
+        send = torch.cat([t.reshape(-1) for t in input_tensors])
+        recv = torch.empty(sum(t.numel() for t in output_tensors), dtype=send.dtype)
+
+        def split():
+            at = 0
+            for o in output_tensors:
+                o.copy_(recv[at:at + o.numel()].view_as(o))
+                at += o.numel()
+        step = self._v_step(send, [t.numel() for t in input_tensors], recv,
+                            [t.numel() for t in output_tensors], split)
+        return self._run(opts, output_tensors, [step])
+
+    def all_to_all_single(self, output, inp, output_split_sizes, input_split_sizes, opts):
+        n = self.size()
+        send = inp.contiguous()
+        recv, back = self._contig(output)
+
+        def counts(t, splits):
+            if t.dim() == 0:
+                raise InvalidArgument("all_to_all_single needs tensors with a first dimension")
+            row = math.prod(t.shape[1:])
+            if not splits:
+                if t.size(0) % n:
+                    raise InvalidArgument(f"all_to_all_single: {t.size(0)} rows do not split into {n} equal parts")
+                splits = [t.size(0) // n] * n
+            if len(splits) != n:
+                raise InvalidArgument(f"all_to_all_single: {len(splits)} split sizes for {n} ranks")
+            return [s * row for s in splits]
+        step = self._v_step(send, counts(inp, input_split_sizes), recv, counts(output, output_split_sizes), back)
+        return self._run(opts, [output], [step])
+
+    def gather(self, output_lists, input_tensors, opts):
+        root, n, inp = opts.rootRank, self.size(), input_tensors[0].contiguous()
+        me = self.rank()
+        send_counts = [inp.numel() if p == root else 0 for p in range(n)]
+        if me == root:
+            outs = output_lists[0]
+            self._check_list(outs, inp, "gather")
+            recv = torch.empty(inp.numel() * n, dtype=inp.dtype)
+            recv_counts = [inp.numel()] * n
+
+            def split():
+                for o, block in zip(outs, recv.chunk(n)):
+                    o.copy_(block.view_as(o))
+        else:
+            recv, recv_counts, split = torch.empty(0, dtype=inp.dtype), [0] * n, None
+        return self._run(opts, output_lists, [self._v_step(inp, send_counts, recv, recv_counts, split)])
+
+    def scatter(self, output_tensors, input_lists, opts):
+        root, n, out = opts.rootRank, self.size(), output_tensors[0]
+        recv, back = self._contig(out)
+        recv_counts = [out.numel() if p == root else 0 for p in range(n)]
+        if self.rank() == root:
+            ins = input_lists[0]
+            self._check_list(ins, out, "scatter")
+            send, send_counts = torch.cat([t.reshape(-1) for t in ins]), [out.numel()] * n
+        else:
+            send, send_counts = torch.empty(0, dtype=out.dtype), [0] * n
+        return self._run(opts, output_tensors, [self._v_step(send, send_counts, recv, recv_counts, back)])
+
+    def send(self, tensors, dst, tag=0):
+        steps = []
+        for t in tensors:
+            c = t.contiguous()
+            steps.append((self._comm.send, (_triple(c), dst, tag), (c,), None))
+        return self._run(_ASYNC, tensors, steps)
+
+    def recv(self, tensors, src, tag=0):
+        steps = []
+        for t in tensors:
+            c, back = self._contig(t)
+            steps.append((self._comm.recv, (_triple(c), src, tag), (c, t), back))
+        return self._run(_ASYNC, tensors, steps)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise InvalidArgument("conflux has no receive from any source yet; pass src= to recv")
+
+    def barrier(self, opts):
+        return self._run(opts, [], [(self._comm.barrier, (), (), None)])
+
+    # -- life cycle --
+    def shutdown(self):
+        self._comm.shutdown()
+
+    def abort(self):
+        self._comm.abort()
+
+    def _check_list(self, tensors, like, what):
+        if len(tensors) != self.size():
+            raise InvalidArgument(f"{what}: {len(tensors)} tensors for {self.size()} ranks")
+        for t in tensors:
+            if t.numel() != like.numel() or t.dtype != like.dtype:
+                raise InvalidArgument(f"{what}: a tensor of {t.numel()} {t.dtype} where "
+                                      f"{like.numel()} {like.dtype} was expected")
+
+
+class _Async:
+    """Options for calls torch gives none (send, recv): always asynchronous, as torch's are."""
+    asyncOp = True
+
+
+_ASYNC = _Async()
