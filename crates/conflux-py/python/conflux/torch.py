@@ -187,8 +187,13 @@ class ConfluxBackend(_C10dBackend):
     def getBackendName(self):
         return NAME
 
+    # torch's trampoline asks Python for these; left undefined, the lookup recurses.
     @property
     def supports_splitting(self):
+        return False
+
+    @property
+    def supports_coalescing(self):
         return False
 
     # -- the machinery every method uses --
