@@ -1,6 +1,7 @@
-"""One rank fails after the first barrier (argv[1]: "raise" or "kill"; argv[2]: its rank);
-the others, already in an all_reduce, must get a conflux exception naming it, long before
-the 60 s timeout. Each survivor prints one line: RESULT <class> <blamed rank> <seconds>."""
+"""One rank fails after the first barrier (argv[1]: "raise", "kill", or "stall": it sleeps
+past the others' timeout; argv[2]: its rank); the others, already in an all_reduce, must get
+a conflux exception naming it: within seconds when it dies (timeout 60 s), at their timeout
+(argv[3] seconds) when it stalls. Each survivor prints: RESULT <class> <blamed rank> <seconds>."""
 
 import os
 import signal
@@ -14,12 +15,16 @@ import torch.distributed as dist
 
 def main():
     mode, victim = sys.argv[1], int(sys.argv[2])
-    dist.init_process_group(backend="conflux", timeout=timedelta(seconds=60))
+    timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+    dist.init_process_group(backend="conflux", timeout=timedelta(seconds=timeout))
     rank = dist.get_rank()
     dist.barrier()
     if rank == victim:
         if mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "stall":
+            time.sleep(timeout + 10)
+            os._exit(3)
         raise RuntimeError("this rank fails on purpose")
     t = torch.ones(1 << 16)
     start = time.monotonic()

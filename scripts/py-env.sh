@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Makes (or reuses) the project's Python environment, .venv: torch, numpy, pytest and maturin
+# from the package index, then builds and installs the conflux package from this checkout
+# into it. Prints nothing on success but the install steps; safe to run again.
+# torch from the default index brings its CUDA wheels (~3 GB): the first run takes minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${CONFLUX_VENV:-.venv}"
+PY="${PYTHON:-python3}"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "py-env: creating $VENV with $($PY --version)"
+  "$PY" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import torch, numpy, pytest, maturin" 2>/dev/null; then
+  echo "py-env: installing torch, numpy, pytest, maturin into $VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q torch numpy pytest maturin
+fi
+# In-tree, without build isolation: maturin reuses this workspace's target/ incrementally.
+echo "py-env: building and installing conflux (crates/conflux-py) into $VENV"
+PATH="$PWD/$VENV/bin:$PATH" "$VENV/bin/pip" install -q --no-build-isolation --no-deps ./crates/conflux-py
