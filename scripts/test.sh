@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Every test of the workspace: unit tests, and the integration tests that start real rank
-# processes over shared memory and TCP. Test threads are limited to 2 because multi-rank
-# tests already oversubscribe this 2-core machine.
+# Every test of the workspace: unit tests, the integration tests that start real rank
+# processes over shared memory and TCP, then the Python package and torch.distributed backend
+# tests (pytest, in the environment scripts/py-env.sh makes or reuses). Test threads are
+# limited to 2 because multi-rank tests already oversubscribe this 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo is required (rustup.rs)"; exit 1; }
 cargo build --workspace --release --locked
 cargo test --workspace --locked -- --test-threads=2
+bash scripts/py-env.sh
+CONFLUX_BIN="$PWD/target/release/conflux" .venv/bin/python -m pytest -q crates/conflux-py/tests
