@@ -221,6 +221,14 @@ impl Comm {
         })
     }
 
+    /// Receives the next message with `tag` from whichever rank sends one first; always
+    /// asynchronous: the Work's `source` is that rank once it completes.
+    #[pyo3(signature = (buf, tag=0, done=None))]
+    fn recv_any(&self, buf: Triple, tag: u32, done: Option<Py<PyAny>>) -> PyResult<Work> {
+        let r = Region::parse(&buf)?;
+        with_dtype!(r.dtype(), T => Ok(Work::with_source(self.inner.recv_any_async(Raw::<T>::new(r)?, tag), done)))
+    }
+
     #[pyo3(signature = (done=None))]
     fn barrier(&self, py: Python<'_>, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
         let c = &self.inner;

@@ -14,25 +14,36 @@ use pyo3::prelude::*;
 
 use crate::errors::py_err;
 
-/// A conflux Work whose result the Python side does not need (buffers are Python's).
+/// What a Work's outcome keeps of its value: the buffers are Python's, so only the rank a
+/// receive from any source matched.
+type Source = Option<usize>;
+
+/// A conflux Work, with its value reduced to what Python needs of it.
 trait Pending: Send {
     fn is_completed(&self) -> bool;
-    fn wait(self: Box<Self>) -> conflux::Result<()>;
+    fn wait(self: Box<Self>) -> conflux::Result<Source>;
     /// `Err` gives the handle back: the wait timed out, the operation goes on.
-    fn wait_for(self: Box<Self>, d: Duration) -> Result<conflux::Result<()>, (Box<dyn Pending>, conflux::Error)>;
+    fn wait_for(self: Box<Self>, d: Duration) -> Result<conflux::Result<Source>, (Box<dyn Pending>, conflux::Error)>;
 }
 
-impl<T: Send + 'static> Pending for conflux::Work<T> {
+struct Held<T> {
+    work: conflux::Work<T>,
+    source: fn(&T) -> Source,
+}
+
+impl<T: Send + 'static> Pending for Held<T> {
     fn is_completed(&self) -> bool {
-        conflux::Work::is_completed(self)
+        self.work.is_completed()
     }
-    fn wait(self: Box<Self>) -> conflux::Result<()> {
-        conflux::Work::wait(*self).map(drop)
+    fn wait(self: Box<Self>) -> conflux::Result<Source> {
+        let source = self.source;
+        self.work.wait().map(|v| source(&v))
     }
-    fn wait_for(self: Box<Self>, d: Duration) -> Result<conflux::Result<()>, (Box<dyn Pending>, conflux::Error)> {
-        match self.wait_timeout(d) {
-            Ok(r) => Ok(r.map(drop)),
-            Err((w, e)) => Err((Box::new(w), e)),
+    fn wait_for(self: Box<Self>, d: Duration) -> Result<conflux::Result<Source>, (Box<dyn Pending>, conflux::Error)> {
+        let source = self.source;
+        match self.work.wait_timeout(d) {
+            Ok(r) => Ok(r.map(|v| source(&v))),
+            Err((work, e)) => Err((Box::new(Held { work, source }), e)),
         }
     }
 }
@@ -43,7 +54,7 @@ enum State {
     Pending(Box<dyn Pending>),
     /// A thread is waiting on the operation; others wait for it to record the outcome.
     Waiting,
-    Done(Option<conflux::Error>),
+    Done(conflux::Result<Source>),
 }
 
 /// The handle of one asynchronous operation.
@@ -57,6 +68,15 @@ pub struct Work {
 impl Work {
     /// Wraps `w`; `done`, if given, is called with no arguments once `w` completes.
     pub fn new<T: Send + 'static>(w: conflux::Work<T>, done: Option<Py<PyAny>>) -> Work {
+        Work::keeping(w, |_| None, done)
+    }
+
+    /// Wraps the Work of a receive from any source, which keeps the rank it matched.
+    pub fn with_source<B: Send + 'static>(w: conflux::Work<(B, usize)>, done: Option<Py<PyAny>>) -> Work {
+        Work::keeping(w, |v| Some(v.1), done)
+    }
+
+    fn keeping<T: Send + 'static>(w: conflux::Work<T>, source: fn(&T) -> Source, done: Option<Py<PyAny>>) -> Work {
         let what = w.what().to_string();
         if let Some(cb) = done {
             let tx = notifier();
@@ -65,7 +85,7 @@ impl Work {
                 let _ = tx.send(cb);
             });
         }
-        Work { state: Mutex::new(State::Pending(Box::new(w))), changed: Condvar::new(), what }
+        Work { state: Mutex::new(State::Pending(Box::new(Held { work: w, source }))), changed: Condvar::new(), what }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -73,14 +93,14 @@ impl Work {
     }
 
     /// The outcome, waiting at most `timeout`; the GIL must be released.
-    fn outcome(&self, timeout: Option<Duration>) -> conflux::Result<()> {
+    fn outcome(&self, timeout: Option<Duration>) -> conflux::Result<Source> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut g = self.lock();
         loop {
             match std::mem::replace(&mut *g, State::Waiting) {
-                State::Done(e) => {
-                    *g = State::Done(e.clone());
-                    return e.map_or(Ok(()), Err);
+                State::Done(r) => {
+                    *g = State::Done(r.clone());
+                    return r;
                 }
                 State::Waiting => {
                     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -101,7 +121,7 @@ impl Work {
                     g = self.lock();
                     let timed_out = r.is_err();
                     *g = match r {
-                        Ok(r) => State::Done(r.err()),
+                        Ok(r) => State::Done(r),
                         Err((p, _)) => State::Pending(p),
                     };
                     self.changed.notify_all();
@@ -133,6 +153,16 @@ impl Work {
             State::Pending(p) => p.is_completed(),
             State::Waiting => false,
             State::Done(_) => true,
+        }
+    }
+
+    /// The rank a receive from any source matched (in the communicator's numbering), once it
+    /// has completed; None for other operations.
+    #[getter]
+    fn source(&self) -> Option<usize> {
+        match &*self.lock() {
+            State::Done(Ok(s)) => *s,
+            _ => None,
         }
     }
 

@@ -106,9 +106,17 @@ class Communicator:
         b = _b.describe(buf, writable=False)
         return self._issue(self._c.send, (b.triple(), peer, tag), async_op, b)
 
-    def recv(self, buf, peer, tag=0, async_op=False):
+    def recv(self, buf, peer=None, tag=0, async_op=False):
+        """Receives into `buf` from `peer`, or with peer=None from whichever rank sends first:
+        then the blocking form returns that rank, and the Work's `.source` tells it."""
         b = _b.describe(buf)
-        return self._issue(self._c.recv, (b.triple(), peer, tag), async_op, b)
+        if peer is not None:
+            return self._issue(self._c.recv, (b.triple(), peer, tag), async_op, b)
+        work = self._c.recv_any(b.triple(), tag, _b.Keep(b))
+        if async_op:
+            return work
+        work.wait()
+        return work.source
 
     def barrier(self, async_op=False):
         return self._issue(self._c.barrier, (), async_op)

@@ -163,6 +163,10 @@ class ConfluxWork(dist._Work):
     def result(self):
         return self._outputs
 
+    def _source_rank(self):
+        """The group rank a receive from any source matched (torch asks after wait)."""
+        return self._natives[0].source if self._natives else -1
+
     def __repr__(self):
         what = ", ".join(w.what for w in self._natives) or "no-op"
         return f"<ConfluxWork {what}>"
@@ -413,7 +417,10 @@ class ConfluxBackend(_C10dBackend):
         return self._run(_ASYNC, tensors, steps)
 
     def recv_anysource(self, tensors, tag=0):
-        raise InvalidArgument("conflux has no receive from any source yet; pass src= to recv")
+        if len(tensors) != 1:
+            raise InvalidArgument(f"recv from any source takes one tensor, not {len(tensors)}")
+        c, back = self._contig(tensors[0])
+        return self._run(_ASYNC, tensors, [(self._comm.recv_any, (_triple(c), tag), (c, tensors[0]), back)])
 
     def barrier(self, opts):
         return self._run(opts, [], [(self._comm.barrier, (), (), None)])

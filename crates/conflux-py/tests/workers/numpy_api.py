@@ -110,6 +110,17 @@ def main():
         for w in ws:
             w.wait()
         check("send/recv", got, np.full(6, left, np.int64))
+        # Receive from any rank: rank 0 gets one message from each other rank and learns who sent it.
+        if rank == 0:
+            senders = []
+            for _ in range(n - 1):
+                buf = np.empty(3, np.int32)
+                src = c.recv(buf, None, tag=4)
+                check("recv from any rank: data matches the sender", buf, np.full(3, 7 * src, np.int32))
+                senders.append(src)
+            check("recv from any rank: every sender once", np.array(sorted(senders)), np.arange(1, n))
+        else:
+            c.send(np.full(3, 7 * rank, np.int32), 0, tag=4)
     # Groups: evens and odds.
     sub = c.split(rank % 2, key=-rank)
     t = np.array([rank], np.int64)

@@ -469,6 +469,32 @@ impl Communicator {
         self.post(what, buf, peer, tag, false)
     }
 
+    /// Receives the next message with `tag` from whichever rank sends one first (MPI's
+    /// MPI_ANY_SOURCE; torch's `recv` without `src`); the handle gives the buffer back with
+    /// that rank. Receives from any source match in the order they were posted.
+    pub fn recv_any_async<B: Buffer>(&self, buf: B, tag: u32) -> Work<(B, usize)> {
+        let what = format!("recv({} x {} from any rank, tag {tag})", <B::Elem as Element>::DTYPE, buf.as_slice().len());
+        let (work, done) = Work::new(what.clone());
+        if let Err(e) = self.usable().and_then(|_| self.check_peer_count()) {
+            done.complete(Err(e));
+            return work;
+        }
+        let deadline = Instant::now() + self.timeout();
+        let posted = Box::new(PostedOwned { buf, done, what, make: |b, peer| (b, peer) });
+        self.lane().engine.submit(Box::new(move |t| {
+            let peers = t.peers();
+            t.post(Posted::recv_any(peers, u64::from(tag), deadline, posted))
+        }));
+        work
+    }
+
+    fn check_peer_count(&self) -> Result<()> {
+        if self.size() < 2 {
+            return Err(invalid("a receive from any rank needs another rank".into()));
+        }
+        Ok(())
+    }
+
     fn post<B: Buffer>(&self, what: String, buf: B, peer: usize, tag: u32, send: bool) -> Work<B> {
         let (work, done) = Work::new(what.clone());
         if let Err(e) = self.usable().and_then(|_| self.check_peer(peer)) {
@@ -476,7 +502,7 @@ impl Communicator {
             return work;
         }
         let deadline = Instant::now() + self.timeout();
-        let posted = Box::new(PostedOwned { buf, done, what });
+        let posted = Box::new(PostedOwned { buf, done, what, make: |b, _| b });
         self.lane().engine.submit(Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
         work
     }
@@ -507,22 +533,24 @@ impl Communicator {
     }
 }
 
-/// The buffer of a posted send or receive, and the handle it completes.
-struct PostedOwned<B: Buffer> {
+/// The buffer of a posted send or receive, the handle it completes, and how the handle's
+/// value is made from the buffer and the peer it went to or came from.
+struct PostedOwned<B: Buffer, R> {
     buf: B,
-    done: Completer<B>,
+    done: Completer<R>,
     what: String,
+    make: fn(B, usize) -> R,
 }
 
-impl<B: Buffer> PostedBuf for PostedOwned<B> {
+impl<B: Buffer, R: Send> PostedBuf for PostedOwned<B, R> {
     fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(self.buf.as_slice())
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
         bytemuck::cast_slice_mut(self.buf.as_mut_slice())
     }
-    fn finish(self: Box<Self>, r: std::result::Result<(), LinkError>) {
-        let PostedOwned { buf, done, what } = *self;
-        done.complete(r.map(|_| buf).map_err(|source| Error::Link { op: what, source }));
+    fn finish(self: Box<Self>, r: std::result::Result<usize, LinkError>) {
+        let PostedOwned { buf, done, what, make } = *self;
+        done.complete(r.map(|peer| make(buf, peer)).map_err(|source| Error::Link { op: what, source }));
     }
 }

@@ -148,18 +148,7 @@ impl RxState {
                             ),
                         });
                     } else {
-                        if len > MAX_STASHED {
-                            return Err(LinkError::Mismatch {
-                                peer,
-                                detail: format!("it sent an unexpected message of {len} bytes"),
-                            });
-                        }
-                        let mut data = Vec::new();
-                        data.try_reserve_exact(len as usize).map_err(|_| LinkError::Io {
-                            peer,
-                            detail: format!("cannot allocate {len} bytes for an unexpected message"),
-                        })?;
-                        self.progress = RxProgress::Stashing { tag: got_tag, data, len: len as usize };
+                        self.progress = stashing(peer, got_tag, len)?;
                     }
                 }
                 RxProgress::Matched { tag: t, done, len } => {
@@ -191,26 +180,81 @@ impl RxState {
                     moved += took;
                     progressed = true;
                 }
-                RxProgress::Stashing { tag: t, data, len } => {
-                    if data.len() == *len {
-                        src.consume(S::pad(*len));
-                        let (t, data) = (*t, std::mem::take(data));
-                        self.stash.entry(t).or_default().push_back(data);
-                        self.progress = RxProgress::BetweenMessages;
-                        continue;
+                RxProgress::Stashing { .. } => match self.stash_more(src)? {
+                    (moved, true) => progressed |= moved,
+                    (moved, false) => return Ok((progressed | moved, false)),
+                },
+            }
+        }
+    }
+
+    /// Reads more of the message being set aside; (progressed, finished it).
+    fn stash_more<S: ByteSource>(&mut self, src: &mut S) -> Result<(bool, bool), LinkError> {
+        let RxProgress::Stashing { tag, data, len } = &mut self.progress else { return Ok((false, true)) };
+        if data.len() == *len {
+            src.consume(S::pad(*len));
+            let (tag, data) = (*tag, std::mem::take(data));
+            self.stash.entry(tag).or_default().push_back(data);
+            self.progress = RxProgress::BetweenMessages;
+            return Ok((true, true));
+        }
+        let avail = src.available()?;
+        let n = avail.len().min(*len - data.len());
+        if n == 0 {
+            return Ok((false, false));
+        }
+        data.extend_from_slice(&avail[..n]);
+        src.consume(n);
+        Ok((true, false))
+    }
+
+    /// Whether a receive of `tag` from this link would match a message now (a receive from
+    /// any source asks each link in turn). Messages of other point-to-point tags ahead of it are
+    /// read aside into the stash, as a receive does; a collective's message or another
+    /// receive's message in progress stop the look (they are not this receive's to move).
+    pub fn probe<S: ByteSource>(&mut self, src: &mut S, peer: usize, tag: u64) -> Result<bool, LinkError> {
+        loop {
+            if self.stash.get(&tag).is_some_and(|q| !q.is_empty()) {
+                return Ok(true);
+            }
+            match &self.progress {
+                RxProgress::Matched { .. } => return Ok(false),
+                RxProgress::Stashing { .. } => {
+                    if !self.stash_more(src)?.1 {
+                        return Ok(false);
                     }
+                }
+                RxProgress::BetweenMessages => {
                     let avail = src.available()?;
-                    let n = avail.len().min(*len - data.len());
-                    if n == 0 {
-                        return Ok((progressed, false));
+                    if avail.len() < S::HEADER_SPAN {
+                        return Ok(false);
                     }
-                    data.extend_from_slice(&avail[..n]);
-                    src.consume(n);
-                    progressed = true;
+                    let (got_tag, len) = decode_header(avail);
+                    if got_tag == tag {
+                        return Ok(true);
+                    }
+                    if got_tag & COLL_BIT != 0 {
+                        return Ok(false);
+                    }
+                    src.consume(S::HEADER_SPAN);
+                    self.progress = stashing(peer, got_tag, len)?;
                 }
             }
         }
     }
+}
+
+/// The state for setting aside an unexpected message of `len` bytes, checked before it allocates.
+fn stashing(peer: usize, tag: u64, len: u64) -> Result<RxProgress, LinkError> {
+    if len > MAX_STASHED {
+        return Err(LinkError::Mismatch { peer, detail: format!("it sent an unexpected message of {len} bytes") });
+    }
+    let mut data = Vec::new();
+    data.try_reserve_exact(len as usize).map_err(|_| LinkError::Io {
+        peer,
+        detail: format!("cannot allocate {len} bytes for an unexpected message"),
+    })?;
+    Ok(RxProgress::Stashing { tag, data, len: len as usize })
 }
 
 fn check_len(peer: usize, tag: u64, got: u64, want: usize) -> Result<(), LinkError> {

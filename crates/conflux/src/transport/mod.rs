@@ -204,7 +204,7 @@ impl Transport {
     pub(crate) fn post(&mut self, p: Posted) {
         if let Some(e) = &self.broken {
             p.buf.finish(Err(e.clone()));
-        } else if p.peer == self.rank || p.peer >= self.size || self.links[p.peer].is_none() {
+        } else if !p.is_any() && (p.peer == self.rank || p.peer >= self.size || self.links[p.peer].is_none()) {
             p.buf.finish(Err(LinkError::Io { peer: p.peer, detail: "no link to this rank".into() }));
         } else {
             self.posted.push(p);
@@ -213,6 +213,11 @@ impl Transport {
 
     pub(crate) fn has_posted(&self) -> bool {
         !self.posted.is_empty()
+    }
+
+    /// The peers a receive from any source may come from: every rank this one has a link to.
+    pub(crate) fn peers(&self) -> Vec<usize> {
+        (0..self.size).filter(|&q| self.links[q].is_some()).collect()
     }
 
     /// Drives posted transfers for up to `slice` (the engine's idle work); returns early when
@@ -257,8 +262,11 @@ impl Transport {
         if self.posted.is_empty() {
             return Ok(false);
         }
-        let links = &mut self.links;
-        self.posted.progress(|peer, x, sp| step(links[peer].as_mut().expect("checked when posted"), peer, x, sp))
+        let links = std::cell::RefCell::new(&mut self.links);
+        self.posted.progress(
+            |peer, x, sp| step(links.borrow_mut()[peer].as_mut().expect("checked when posted"), peer, x, sp),
+            |peer, tag| probe(links.borrow_mut()[peer].as_mut().expect("a linked peer"), peer, tag),
+        )
     }
 
     fn run(&mut self, xfers: &mut [Xfer<'_>], deadline: Instant) -> Result<(), LinkError> {
@@ -302,8 +310,8 @@ impl Transport {
                 continue;
             }
             let (links, posted) = (&self.links, &self.posted);
-            let open = (0..xfers.len()).filter(|&i| !st[i].done).map(|i| (xfers[i].peer(), xfers[i].is_send()));
-            let open: Vec<(usize, bool)> = open.collect();
+            let open = (0..xfers.len()).filter(|&i| !st[i].done).map(|i| (xfers[i].peer(), xfers[i].is_send(), true));
+            let open: Vec<(usize, bool, bool)> = open.collect();
             idle.wait(&mut self.waiter, deadline, || interests(links, open.into_iter().chain(posted.interests())))?;
         }
     }
@@ -333,25 +341,39 @@ impl Transport {
     }
 }
 
-/// What a waiter watches for these (peer, is_send) transfers: whether any goes over shared
-/// memory, the sockets of those over TCP, and the peers awaited.
+/// What a waiter watches for these (peer, is_send, awaited) transfers: whether any goes over
+/// shared memory, the sockets of those over TCP, and the peers awaited.
 fn interests<'a>(
     links: &'a [Option<Link>],
-    open: impl Iterator<Item = (usize, bool)>,
+    open: impl Iterator<Item = (usize, bool, bool)>,
 ) -> (bool, Vec<SocketInterest<'a>>, Vec<usize>) {
     let mut shm_pending = false;
     let mut sockets = Vec::new();
     let mut peers = Vec::new();
-    for (peer, send) in open {
+    for (peer, send, awaited) in open {
         match &links[peer].as_ref().expect("checked before waiting").wire {
             Wire::Shm { .. } => shm_pending = true,
             Wire::Tcp(t) => sockets.push(SocketInterest { fd: t.fd(), read: !send, write: send }),
         }
-        if !peers.contains(&peer) {
+        if awaited && !peers.contains(&peer) {
             peers.push(peer);
         }
     }
     (shm_pending, sockets, peers)
+}
+
+/// Whether `peer` has a message for a receive from any source. A candidate that closed its
+/// link after its last message is not the receive's failure: it just has nothing more (a
+/// receive from it in particular still fails, and the store reports a rank that died).
+fn probe(link: &mut Link, peer: usize, tag: u64) -> Result<bool, LinkError> {
+    let r = match &mut link.wire {
+        Wire::Shm { rx, .. } => link.rx.probe(rx, peer, tag),
+        Wire::Tcp(t) => link.rx.probe(t, peer, tag),
+    };
+    match r {
+        Err(LinkError::PeerGone { .. }) => Ok(false),
+        r => r,
+    }
 }
 
 fn step(link: &mut Link, peer: usize, x: &mut Xfer<'_>, send: &mut SendProgress) -> Result<(bool, bool), LinkError> {

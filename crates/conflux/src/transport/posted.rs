@@ -10,6 +10,11 @@
 //! Ordering: posted transfers to (or from) one peer complete in the order posted, and a later
 //! step's send to that peer waits until the posted sends before it are written, so messages
 //! between two ranks keep their issue order in both directions.
+//!
+//! A receive from any source (torch's `recv` without `src`) waits unmatched until some
+//! candidate peer's link has a message with its tag ready (`RxState::probe`), skipping peers
+//! that an earlier posted receive is waiting on; from then on it is a receive from that peer.
+//! Receives from any source match in the order posted.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -22,8 +27,8 @@ use super::{LinkError, Xfer};
 pub(crate) trait PostedBuf: Send {
     fn bytes(&self) -> &[u8];
     fn bytes_mut(&mut self) -> &mut [u8];
-    /// Called exactly once, when the transfer has finished or failed.
-    fn finish(self: Box<Self>, r: Result<(), LinkError>);
+    /// Called exactly once, when the transfer has finished (from this peer) or failed.
+    fn finish(self: Box<Self>, r: Result<usize, LinkError>);
 }
 
 pub(crate) struct Posted {
@@ -35,6 +40,8 @@ pub(crate) struct Posted {
     pub buf: Box<dyn PostedBuf>,
     progress: SendProgress,
     done: bool,
+    /// For a receive from any source not yet matched: the peers it may come from.
+    any_of: Option<Vec<usize>>,
 }
 
 impl Posted {
@@ -48,7 +55,21 @@ impl Posted {
             buf,
             progress: SendProgress::default(),
             done: false,
+            any_of: None,
         }
+    }
+
+    /// A receive of the next message tagged `tag` from whichever of `peers` has one first.
+    pub fn recv_any(peers: Vec<usize>, tag: u64, deadline: Instant, buf: Box<dyn PostedBuf>) -> Posted {
+        Posted { any_of: Some(peers), ..Posted::new(usize::MAX, tag, false, deadline, buf) }
+    }
+
+    pub fn is_any(&self) -> bool {
+        self.any_of.is_some()
+    }
+
+    fn waits_on(&self) -> Vec<usize> {
+        self.any_of.clone().unwrap_or_else(|| vec![self.peer])
     }
 }
 
@@ -72,28 +93,61 @@ impl PostedQueue {
         self.items.iter().any(|p| p.send && p.peer == peer)
     }
 
-    /// (peer, is_send) of every posted transfer, for the waiter.
-    pub fn interests(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
-        self.items.iter().map(|p| (p.peer, p.send))
+    /// (peer, is_send, awaited) of every posted transfer, for the waiter. A receive from any
+    /// source watches every candidate but awaits none: a candidate that exits cleanly is not a
+    /// failure (the store reports one that dies).
+    pub fn interests(&self) -> impl Iterator<Item = (usize, bool, bool)> + '_ {
+        self.items.iter().flat_map(|p| p.waits_on().into_iter().map(move |q| (q, p.send, !p.is_any())))
+    }
+
+    /// Matches the receive from any source at `i` to a peer with a message ready, if one has.
+    fn match_any(
+        &mut self,
+        i: usize,
+        probe: &mut impl FnMut(usize, u64) -> Result<bool, LinkError>,
+    ) -> Result<(), LinkError> {
+        let (before, rest) = self.items.make_contiguous().split_at_mut(i);
+        let p = &mut rest[0];
+        let Some(peers) = &p.any_of else { return Ok(()) };
+        if before.iter().any(|b| b.any_of.is_some()) {
+            return Ok(()); // an earlier receive from any source matches first
+        }
+        for &q in peers {
+            if before.iter().any(|b| !b.send && b.peer == q) {
+                continue;
+            }
+            if probe(q, p.tag)? {
+                p.peer = q;
+                p.any_of = None;
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// One pass over every posted transfer; `step` moves one transfer on its link and tells
     /// (progressed, finished). Finished transfers are completed and removed.
+    /// `probe(peer, tag)` tells whether a receive of `tag` from `peer` would match now.
     pub fn progress(
         &mut self,
         mut step: impl FnMut(usize, &mut Xfer<'_>, &mut SendProgress) -> Result<(bool, bool), LinkError>,
+        mut probe: impl FnMut(usize, u64) -> Result<bool, LinkError>,
     ) -> Result<bool, LinkError> {
         let now = Instant::now();
         let mut progressed = false;
         for i in 0..self.items.len() {
+            if now >= self.items[i].deadline {
+                let p = &self.items[i];
+                return Err(LinkError::Timeout { peers: p.waits_on(), secs: (now - p.posted_at).as_secs_f64() });
+            }
+            self.match_any(i, &mut probe)?;
             let (peer, send) = (self.items[i].peer, self.items[i].send);
-            if (0..i).any(|j| self.items[j].peer == peer && self.items[j].send == send) {
+            if self.items[i].any_of.is_some()
+                || (0..i).any(|j| self.items[j].peer == peer && self.items[j].send == send)
+            {
                 continue;
             }
             let p = &mut self.items[i];
-            if now >= p.deadline {
-                return Err(LinkError::Timeout { peers: vec![peer], secs: (now - p.posted_at).as_secs_f64() });
-            }
             let tag = p.tag;
             let (prog, done) = if send {
                 let mut x = Xfer::Send { peer, tag, data: p.buf.bytes() };
@@ -109,7 +163,7 @@ impl PostedQueue {
         while i < self.items.len() {
             if self.items[i].done {
                 let p = self.items.remove(i).expect("index in range");
-                p.buf.finish(Ok(()));
+                p.buf.finish(Ok(p.peer));
             } else {
                 i += 1;
             }

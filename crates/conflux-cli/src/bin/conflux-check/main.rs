@@ -304,7 +304,48 @@ fn scenario_p2p(comm: Communicator) -> Checker {
             c.expect("pipeline output", verify::first_wrong(&act, |i| (i + step + added) as f64));
         }
     }
+    any_source(&mut c);
     c
+}
+
+/// Receives from any source: every other rank sends rank 0 a tag-5 message, then a tag-9 one
+/// a little later the higher its rank; rank 0's receives of tag 9 from any rank must each
+/// match one sender exactly once (setting the tag-5 messages aside), then its receives of
+/// tag 5 from each rank find those.
+fn any_source(c: &mut Checker) {
+    let (r, n) = (c.comm.rank(), c.comm.size());
+    if r != 0 {
+        let w5 = c.comm.send_async(vec![r as i64; 2000], 0, 5);
+        std::thread::sleep(Duration::from_millis(3 * r as u64));
+        let w9 = c.comm.send_async(vec![10 * r as i64; 7], 0, 9);
+        for w in [w5, w9] {
+            let e = w.wait().map(|_| ());
+            c.ok("send to an any-source receive", e);
+        }
+        return;
+    }
+    let works: Vec<_> = (1..n).map(|_| c.comm.recv_any_async(vec![0i64; 7], 9)).collect();
+    let mut seen = Vec::new();
+    for w in works {
+        match w.wait() {
+            Ok((buf, from)) => {
+                c.expect("recv from any rank", verify::first_wrong(&buf, |_| (10 * from) as f64));
+                seen.push(from);
+            }
+            Err(e) => c.failed.push(format!("recv from any rank: {e}")),
+        }
+    }
+    seen.sort_unstable();
+    if seen != (1..n).collect::<Vec<_>>() {
+        c.failed.push(format!("receives from any rank matched senders {seen:?}"));
+    }
+    for from in 1..n {
+        let mut buf = vec![0i64; 2000];
+        let e = c.comm.recv(&mut buf, from, 5);
+        if c.ok("recv of a message set aside", e) {
+            c.expect("recv of a message set aside", verify::first_wrong(&buf, |_| from as f64));
+        }
+    }
 }
 
 /// Bad arguments get typed errors and leave the communicator usable.
