@@ -266,3 +266,68 @@ fn check_len(peer: usize, tag: u64, got: u64, want: usize) -> Result<(), LinkErr
         detail: format!("for {} it sent {got} bytes, this rank expects {want}", describe_tag(tag)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The receive logic on an in-memory byte stream that delivers a few bytes at a time.
+    use super::*;
+
+    /// Bytes arrive `step` at a time, as a slow link would deliver them.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        visible: usize,
+        step: usize,
+    }
+
+    impl ByteSource for Trickle {
+        const HEADER_SPAN: usize = HEADER;
+        fn pad(_: usize) -> usize {
+            0
+        }
+        fn available(&mut self) -> Result<&[u8], LinkError> {
+            self.visible = (self.visible + self.step).min(self.bytes.len());
+            Ok(&self.bytes[self.at..self.visible.max(self.at)])
+        }
+        fn consume(&mut self, n: usize) {
+            self.at += n;
+        }
+    }
+
+    fn message(tag: u64, payload: &[u8]) -> Vec<u8> {
+        let mut m = encode_header(tag, payload.len()).to_vec();
+        m.extend_from_slice(payload);
+        m
+    }
+
+    #[test]
+    fn probe_sets_other_tags_aside_and_stops_at_a_collective() {
+        let mut bytes = message(5, &[1; 40]);
+        bytes.extend(message(9, &[2; 8]));
+        bytes.extend(message(COLL_BIT | 3, &[3; 4]));
+        let mut src = Trickle { bytes, at: 0, visible: 0, step: 7 };
+        let mut rx = RxState::default();
+        let mut found = false;
+        for _ in 0..100 {
+            if rx.probe(&mut src, 1, 9).unwrap() {
+                found = true;
+                break;
+            }
+        }
+        assert!(found, "the tag-9 message behind a tag-5 one was never found");
+        // Probing did not consume the match; the tag-5 message waits in the stash.
+        let mut nine = [0u8; 8];
+        while !rx.step(&mut src, 1, 9, &mut Sink::Copy(&mut nine), 1 << 20).unwrap().1 {}
+        assert_eq!(nine, [2; 8]);
+        let mut five = [0u8; 40];
+        assert!(rx.step(&mut src, 1, 5, &mut Sink::Copy(&mut five), 1 << 20).unwrap().1);
+        assert_eq!(five, [1; 40]);
+        // A collective's message is not set aside for a receive of another tag.
+        for _ in 0..10 {
+            assert!(!rx.probe(&mut src, 1, 9).unwrap());
+        }
+        let mut coll = [0u8; 4];
+        while !rx.step(&mut src, 1, COLL_BIT | 3, &mut Sink::Copy(&mut coll), 1 << 20).unwrap().1 {}
+        assert_eq!(coll, [3; 4]);
+    }
+}
