@@ -11,6 +11,8 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch._C._distributed_c10d import AllreduceCoalescedOptions
 
+from report import finish
+
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
 DTYPES = FLOATS + INTS + [torch.bool]
@@ -299,10 +301,7 @@ def main():
     async_and_functional(rank, n)
     groups(rank, n)
     dist.destroy_process_group()
-    for f in failures[:40]:
-        print("FAIL", f)
-    print(f"rank {rank}: {checks - len(failures)} of {checks} checks passed")
-    sys.exit(1 if failures else 0)
+    finish(rank, checks, failures)
 
 
 if __name__ == "__main__":
