@@ -25,7 +25,6 @@ import os
 import platform
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ TARGET_S = 0.3          # adaptive --iters: each (size, backend) runs about this
 MIN_ITERS, MAX_ITERS = 5, 100_000
 CALIBRATE_S = 0.02       # adaptive --iters: the calibration batch's length
 OVERHEAD_BYTES = 8
+RUST_ITERS = 5000       # --overhead: timed calls of each `conflux bench` run
 
 # The launcher's variables, removed from the environment of a nested `conflux bench`.
 _JOB_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
@@ -170,10 +170,7 @@ class Job:
         dist.destroy_process_group()
 
 
-def _free_port(host):
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from conflux.torch import _free_port  # noqa: E402 - after torch, like the rest
 
 
 def _launcher():
@@ -358,15 +355,16 @@ def calibrate(job, call):
         k = min(MAX_ITERS, max(2 * k, math.ceil(k * CALIBRATE_S * 1.2 / max(spent, 1e-9))), 16 * k)
 
 
-def time_calls(job, call, group, warmup, iters):
-    """(seconds per call of the slowest rank, calls timed). With iters None, the count comes
-    from a calibration after the warm-up, the same on every rank."""
+def time_calls(job, call, barrier, warmup, iters):
+    """(seconds per call of the slowest rank, calls timed): warm-up, `barrier()`, then `iters`
+    back-to-back calls. With iters None, the count comes from a calibration after the
+    warm-up, the same on every rank."""
     for _ in range(warmup):
         call()
     if iters is None:
         per_call = calibrate(job, call)
         iters = int(min(MAX_ITERS, max(MIN_ITERS, math.ceil(TARGET_S / max(per_call, 1e-9)))))
-    dist.barrier(group=group)
+    barrier()
     t = time.perf_counter()
     for _ in range(iters):
         call()
@@ -421,6 +419,7 @@ def bench(job, args):
               "conflux/gloo", flush=True)
     job.barrier()
     rows, bad = [], 0
+    tally = [0, 0, 0]  # wrong elements: conflux vs gloo, conflux vs exact, gloo vs exact
     for op in args.op:
         if job.lead:
             table_header(op, args.check)
@@ -431,10 +430,13 @@ def bench(job, args):
             if args.check:
                 c_vs_g, c_bad, g_bad = check(job, case)
                 row.update(wrong_conflux_vs_gloo=c_vs_g, wrong_conflux=c_bad, wrong_gloo=g_bad)
+                tally = [tally[0] + c_vs_g, tally[1] + c_bad, tally[2] + g_bad]
                 bad += c_vs_g + c_bad
             factor = bus_factor(op, job.size)
             for be in BACKENDS:
-                secs, iters = time_calls(job, case.call(job.group(be)), job.group(be), args.warmup, args.iters)
+                group = job.group(be)
+                secs, iters = time_calls(job, case.call(group), lambda: dist.barrier(group=group),
+                                         args.warmup, args.iters)
                 algbw = case.bytes / secs / 1e9
                 row.update({f"{be}_time_us": secs * 1e6, f"{be}_algbw_gbps": algbw,
                             f"{be}_busbw_gbps": algbw * factor, f"{be}_iters": iters})
@@ -452,8 +454,12 @@ def bench(job, args):
             print(f"# {op}: conflux/gloo ratio geometric mean {geo:.2f} over {len(ratios)} sizes "
                   f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
     if job.lead and args.check:
-        print(f"# check: {'all results agree' if bad == 0 else f'{bad} WRONG elements'} "
-              "(conflux vs gloo and vs the exact result)", flush=True)
+        if not any(tally):
+            print("# check: all results agree (conflux with gloo, both with the exact result)", flush=True)
+        else:
+            print(f"# check: WRONG: conflux differs from gloo in {tally[0]} elements and from the exact "
+                  f"result in {tally[1]}; gloo differs from the exact result in {tally[2]} "
+                  "(summed over ranks and sizes)", flush=True)
     if job.lead and args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLS, restval="")
@@ -472,23 +478,18 @@ def python_api_comm(job):
     import conflux
     from conflux._native import Comm
 
+    from conflux.torch import store_address
+
     store = dist.distributed_c10d._get_default_store()
-    key = "conflux_bench/overhead_store"
-    addr = None
-    if job.size > 1:
-        if job.rank == 0:
-            host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-            store.set(key, f"{host}:{_free_port(host)}")
-        addr = store.get(key).decode()
-    native = Comm.create(job.rank, job.size, addr)
+    native = Comm.create(job.rank, job.size, store_address(store, job.rank, job.size, "conflux_bench/overhead_store"))
     return native, conflux.Communicator(native)
 
 
 def rust_bench(job, rounds):
-    """Rank 0 runs `conflux bench all_reduce -n N -b 8 -e 8` (its own job, the others waiting);
-    returns (command, [time_us of each run]) or (command, None, reason)."""
+    """Rank 0 runs `conflux bench all_reduce -n N -b 8 -e 8` (its own job, the others waiting),
+    `rounds` times; returns (command, [time_us of each run] or None, why not or None)."""
     exe = _launcher()
-    iters, warmup = 5000, 200
+    iters, warmup = RUST_ITERS, 200
     n = job.size
     cmd = [exe or "conflux", "bench", "all_reduce", "-n", str(n), "-b", str(OVERHEAD_BYTES),
            "-e", str(OVERHEAD_BYTES), "--iters", str(iters), "--warmup", str(warmup), "--json"]
@@ -524,25 +525,21 @@ def overhead(job, args):
     raw_triple = (raw.__array_interface__["data"][0], count, "f32")
     g_cf, g_gl = job.group("conflux"), job.group("gloo")
 
-    def api_barrier():
-        native.barrier()
-
+    # (what, the call, the barrier before the timed calls: the same path's own)
     methods = [
-        ("torch.distributed, backend conflux", lambda: dist.all_reduce(t_cf, group=g_cf), g_cf, None),
-        ("conflux Python API (Communicator.all_reduce, numpy)", lambda: api.all_reduce(arr), None, api_barrier),
-        ("conflux._native.Comm.all_reduce (raw triple)", lambda: native.all_reduce(raw_triple, "sum"), None, api_barrier),
-        ("torch.distributed, backend gloo", lambda: dist.all_reduce(t_gl, group=g_gl), g_gl, None),
+        ("torch.distributed, backend conflux", lambda: dist.all_reduce(t_cf, group=g_cf),
+         lambda: dist.barrier(group=g_cf)),
+        ("conflux Python API (Communicator.all_reduce, numpy)", lambda: api.all_reduce(arr), api.barrier),
+        ("conflux._native.Comm.all_reduce (raw triple)", lambda: native.all_reduce(raw_triple, "sum"),
+         native.barrier),
+        ("torch.distributed, backend gloo", lambda: dist.all_reduce(t_gl, group=g_gl),
+         lambda: dist.barrier(group=g_gl)),
     ]
     results = {m[0]: [] for m in methods}
     iters_used = {m[0]: [] for m in methods}
     for _ in range(args.rounds):
-        for name, call, group, barrier in methods:
-            if group is None:
-                # time_calls barriers on a torch group; the API comm is no torch group, so its
-                # barrier is its own, then gloo's (harmless: the gloo barrier is before t0 too).
-                barrier()
-                group = g_gl
-            secs, iters = time_calls(job, call, group, args.warmup, args.iters)
+        for name, call, barrier in methods:
+            secs, iters = time_calls(job, call, barrier, args.warmup, args.iters)
             results[name].append(secs * 1e6)
             iters_used[name].append(iters)
 
@@ -555,7 +552,7 @@ def overhead(job, args):
               f"{args.rounds} rounds of every method, alternating", flush=True)
         print("#{:<56} {:>12} {:>10} {:>10} {:>10}".format("path", "median(us)", "min(us)", "max(us)", "iters"),
               flush=True)
-        for name, _, _, _ in methods:
+        for name, _, _ in methods:
             v = results[name]
             print(" {:<56} {:>12.2f} {:>10.2f} {:>10.2f} {:>10}".format(
                 name, statistics.median(v), min(v), max(v), statistics.median(iters_used[name])), flush=True)
@@ -567,7 +564,7 @@ def overhead(job, args):
             if times:
                 print(" {:<56} {:>12.2f} {:>10.2f} {:>10.2f} {:>10}".format(
                     "Rust (conflux bench, its own job)", statistics.median(times), min(times), max(times),
-                    5000), flush=True)
+                    RUST_ITERS), flush=True)
                 rust_us = statistics.median(times)
             else:
                 rust_us = None
