@@ -206,11 +206,16 @@ impl Drop for Core {
 pub(crate) struct HighBusy(Option<Arc<AtomicUsize>>);
 
 impl HighBusy {
-    pub fn new(core: &Core, lane: usize) -> HighBusy {
-        HighBusy((lane > 0).then(|| {
-            core.high_busy.fetch_add(1, Ordering::Relaxed);
-            core.high_busy.clone()
-        }))
+    /// The counter a lane's operations count themselves in: the core's, for the high lane.
+    pub fn counter(core: &Core, lane: usize) -> Option<Arc<AtomicUsize>> {
+        (lane > 0).then(|| core.high_busy.clone())
+    }
+
+    pub fn new(counter: Option<Arc<AtomicUsize>>) -> HighBusy {
+        if let Some(n) = &counter {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        HighBusy(counter)
     }
 }
 

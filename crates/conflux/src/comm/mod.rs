@@ -195,7 +195,7 @@ impl Communicator {
     fn blocking(&self, coll: Coll<'_>, dtype: DataType) -> Result<()> {
         self.usable()?;
         let lane = self.lane();
-        let _busy = HighBusy::new(&self.core, self.lane);
+        let _busy = HighBusy::new(HighBusy::counter(&self.core, self.lane));
         lane.engine.run_inline(|t| ops::run(t, &lane.plan, coll, dtype))
     }
 
@@ -210,10 +210,11 @@ impl Communicator {
             return work;
         }
         let plan = self.lane().plan;
-        let core = self.core.clone();
-        let lane = self.lane;
+        // Not the core itself: a job holding the last reference would tear the communicator
+        // down on its own engine thread, which then waits for itself (and says no goodbye).
+        let busy = HighBusy::counter(&self.core, self.lane);
         self.lane().engine.submit(Box::new(move |t| {
-            let _busy = HighBusy::new(&core, lane);
+            let _busy = HighBusy::new(busy);
             done.complete(job(t, &plan))
         }));
         work

@@ -175,6 +175,28 @@ pub fn scenario_groups(comm: Communicator) -> Checker {
         }
     }
     drop((a, b, split));
+
+    // A group whose last handle goes while its operation is in flight: the drop waits for the
+    // operation, which completes, and the group says its goodbye (no rank sees a death).
+    match c.comm.new_group(&(0..n).collect::<Vec<_>>()) {
+        Ok(Some(g)) => {
+            let w = g.all_reduce_async(vec![1i64; 1 << 16], ReduceOp::Sum);
+            drop(g);
+            // Dropping the last handle finishes what was issued on this thread, which is also
+            // where the group's goodbye is said; an operation that kept the group alive would
+            // tear it down on its own engine thread instead, stuck, and the goodbye never sent.
+            if !w.is_completed() {
+                c.failed.push("dropping a group returned before its operation completed".into());
+            }
+            match w.wait() {
+                Ok(v) => c.expect("an operation outliving its group's handle", verify::first_wrong(&v, |_| n as f64)),
+                Err(e) => c.failed.push(format!("an operation outliving its group's handle: {e}")),
+            }
+        }
+        other => c.failed.push(format!("a world-sized group: {:?}", other.err())),
+    }
+    let r = c.comm.barrier();
+    c.ok("barrier after a group dropped in flight", r);
     c
 }
 
