@@ -71,8 +71,10 @@ pub struct Config {
     pub tcp_inflight: usize,
     /// Explicit SO_SNDBUF/SO_RCVBUF, overriding chunk x inflight (`CONFLUX_SOCKET_BUF`).
     pub socket_buf_bytes: Option<usize>,
-    /// How long a waiting rank spins before it blocks (`CONFLUX_SPIN_US`; default 50, or 5 when
-    /// the host runs more local ranks than it has cores).
+    /// How long a waiting rank spins before it blocks (`CONFLUX_SPIN_US`; default 50, or 30 when
+    /// the host runs more local ranks than it has cores: measured at 4 and 8 ranks on 2 cores,
+    /// 30 halves the 8-byte all_reduce time against 5, because a wake-up from sleep costs more
+    /// than the spin, and moves large messages no slower).
     pub spin: Option<Duration>,
     /// Bytes a gradient bucket holds before the `Bucketer` launches it (`CONFLUX_BUCKET_MB`,
     /// default 25, as DDP's bucket_cap_mb).

@@ -138,7 +138,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     }
     let monitor = store.monitor(at.world[rank], at.channel)?;
     let oversubscribed = local_ranks.len() > std::thread::available_parallelism().map_or(1, |n| n.get());
-    let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(5) } else { Duration::from_micros(50) });
+    let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
     let waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
 
     store.set(&format!("{prefix}/ready/{rank}"), b"1")?;
