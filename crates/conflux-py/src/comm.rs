@@ -21,6 +21,18 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
     ReduceOp::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown reduce op {name:?}")))
 }
 
+/// The `CONFLUX_*` settings, with the timeout (seconds) given here instead, if it is.
+fn config_with(timeout: Option<f64>) -> PyResult<Config> {
+    let mut config = Config::from_env().map_err(py_err)?;
+    if let Some(t) = timeout {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(PyValueError::new_err(format!("timeout must be a positive number of seconds, not {t}")));
+        }
+        config.timeout = Duration::from_secs_f64(t);
+    }
+    Ok(config)
+}
+
 /// Either runs `blocking` with the GIL released, or returns the Work `spawn` starts.
 fn issue<T: Send + 'static>(
     py: Python<'_>,
@@ -41,10 +53,7 @@ impl Comm {
     #[staticmethod]
     #[pyo3(signature = (timeout=None))]
     fn from_env(py: Python<'_>, timeout: Option<f64>) -> PyResult<Comm> {
-        let mut config = Config::from_env().map_err(py_err)?;
-        if let Some(t) = timeout {
-            config.timeout = Duration::from_secs_f64(t);
-        }
+        let config = config_with(timeout)?;
         let inner = py.detach(|| Communicator::from_env_with(config)).map_err(py_err)?;
         Ok(Comm { inner })
     }
@@ -53,10 +62,7 @@ impl Comm {
     #[staticmethod]
     #[pyo3(signature = (rank, size, store=None, timeout=None))]
     fn create(py: Python<'_>, rank: usize, size: usize, store: Option<String>, timeout: Option<f64>) -> PyResult<Comm> {
-        let mut config = Config::from_env().map_err(py_err)?;
-        if let Some(t) = timeout {
-            config.timeout = Duration::from_secs_f64(t);
-        }
+        let config = config_with(timeout)?;
         let mut b = CommBuilder::new(rank, size).config(config);
         if let Some(s) = store {
             b = b.store(s);
