@@ -25,10 +25,10 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
 fn config_with(timeout: Option<f64>) -> PyResult<Config> {
     let mut config = Config::from_env().map_err(py_err)?;
     if let Some(t) = timeout {
-        if !(t.is_finite() && t > 0.0) {
-            return Err(PyValueError::new_err(format!("timeout must be a positive number of seconds, not {t}")));
-        }
-        config.timeout = Duration::from_secs_f64(t);
+        config.timeout = Duration::try_from_secs_f64(t)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PyValueError::new_err(format!("timeout must be a positive number of seconds, not {t}")))?;
     }
     Ok(config)
 }

@@ -144,8 +144,8 @@ impl Work {
     /// often as it is asked. A timed-out wait leaves the operation running.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        // An infinite (or NaN) timeout waits without one, as None does.
-        let timeout = timeout.filter(|s| s.is_finite()).map(|s| Duration::from_secs_f64(s.max(0.0)));
+        // A timeout too large for a Duration (inf) or NaN waits without one, as None does.
+        let timeout = timeout.and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok());
         py.detach(|| self.outcome(timeout)).map(|_| true).map_err(py_err)
     }
 
