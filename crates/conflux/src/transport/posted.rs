@@ -68,8 +68,8 @@ impl Posted {
         self.any_of.is_some()
     }
 
-    fn waits_on(&self) -> Vec<usize> {
-        self.any_of.clone().unwrap_or_else(|| vec![self.peer])
+    fn waits_on(&self) -> &[usize] {
+        self.any_of.as_deref().unwrap_or(std::slice::from_ref(&self.peer))
     }
 }
 
@@ -97,7 +97,7 @@ impl PostedQueue {
     /// source watches every candidate but awaits none: a candidate that exits cleanly is not a
     /// failure (the store reports one that dies).
     pub fn interests(&self) -> impl Iterator<Item = (usize, bool, bool)> + '_ {
-        self.items.iter().flat_map(|p| p.waits_on().into_iter().map(move |q| (q, p.send, !p.is_any())))
+        self.items.iter().flat_map(|p| p.waits_on().iter().map(move |&q| (q, p.send, !p.is_any())))
     }
 
     /// Matches the receive from any source at `i` to a peer with a message ready, if one has.
@@ -106,6 +106,9 @@ impl PostedQueue {
         i: usize,
         probe: &mut impl FnMut(usize, u64) -> Result<bool, LinkError>,
     ) -> Result<(), LinkError> {
+        if !self.items[i].is_any() {
+            return Ok(());
+        }
         let (before, rest) = self.items.make_contiguous().split_at_mut(i);
         let p = &mut rest[0];
         let Some(peers) = &p.any_of else { return Ok(()) };
@@ -138,7 +141,10 @@ impl PostedQueue {
         for i in 0..self.items.len() {
             if now >= self.items[i].deadline {
                 let p = &self.items[i];
-                return Err(LinkError::Timeout { peers: p.waits_on(), secs: (now - p.posted_at).as_secs_f64() });
+                return Err(LinkError::Timeout {
+                    peers: p.waits_on().to_vec(),
+                    secs: (now - p.posted_at).as_secs_f64(),
+                });
             }
             self.match_any(i, &mut probe)?;
             let (peer, send) = (self.items[i].peer, self.items[i].send);
