@@ -220,15 +220,17 @@ def point_to_point(rank, n):
         check(f"isend/irecv {dtype} left", a, value(dtype, R.SUM, left, 1000))
         check(f"isend/irecv {dtype} right", b, value(dtype, R.SUM, right, 1000))
     # Receives from any source (irecv without src): rank 0 takes one message from every other rank.
+    # Their own tag: a receive from any source takes whichever message of its tag comes first,
+    # so the batch below (tag 0, to rank 0 from its left neighbour) must not share it.
     if rank == 0:
         bufs = [torch.empty(6) for _ in range(n - 1)]
-        for w in [dist.irecv(b) for b in bufs]:
+        for w in [dist.irecv(b, tag=7) for b in bufs]:
             w.wait()
         got = sorted(int(b[0].item()) for b in bufs)
         check("irecv from any source", torch.tensor(got), torch.tensor([10 * p for p in range(1, n)]))
         check("irecv from any source, whole messages", torch.stack(bufs), torch.stack([b[:1].expand(6) for b in bufs]))
     else:
-        dist.send(torch.full((6,), 10.0 * rank), 0)
+        dist.send(torch.full((6,), 10.0 * rank), 0, tag=7)
     ops = [dist.P2POp(dist.isend, value(torch.float32, R.SUM, rank, 5), right),
            dist.P2POp(dist.irecv, torch.empty(5), left)]
     for q in dist.batch_isend_irecv(ops):
