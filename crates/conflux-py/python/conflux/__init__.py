@@ -95,10 +95,13 @@ class Communicator:
         s, r = _b.describe(send, writable=False), _b.describe(recv)
         self._same(s, r, True, "")
         n = self.size
-        if send_counts is None:
-            send_counts = [s.count // n] * n if s.count % n == 0 else [s.count] * n
-        if recv_counts is None:
-            recv_counts = [r.count // n] * n if r.count % n == 0 else [r.count] * n
+
+        def equal(b, what):
+            if b.count % n:
+                raise InvalidArgument(f"all_to_all: {what} has {b.count} elements, not {n} equal blocks; pass counts")
+            return [b.count // n] * n
+        send_counts = equal(s, "send") if send_counts is None else send_counts
+        recv_counts = equal(r, "recv") if recv_counts is None else recv_counts
         args = (s.triple(), list(send_counts), r.triple(), list(recv_counts))
         return self._issue(self._c.all_to_all_v, args, async_op, s, r)
 

@@ -49,8 +49,7 @@ def register():
 
 def _create(opts, backend_options):
     timeout = opts.timeout.total_seconds() if isinstance(opts.timeout, timedelta) else None
-    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout,
-                          list(opts.global_ranks_in_group or []))
+    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout)
 
 
 # The per-call helpers below run on every collective: an 8-byte all_reduce spends more time
@@ -221,11 +220,9 @@ class ConfluxWork(dist._Work):
 class ConfluxBackend(_C10dBackend):
     """torch.distributed's view of one conflux communicator."""
 
-    def __init__(self, store, rank, size, timeout=None, global_ranks=None):
+    def __init__(self, store, rank, size, timeout=None):
         super().__init__(rank, size)
         self._comm = _Comm.create(rank, size, store_address(store, rank, size), timeout)
-        self._global_ranks = global_ranks or list(range(size))
-        self._async = False
 
     def getBackendName(self):
         return NAME
