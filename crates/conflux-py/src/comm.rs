@@ -33,16 +33,17 @@ fn config_with(timeout: Option<f64>) -> PyResult<Config> {
     Ok(config)
 }
 
-/// Either runs `blocking` with the GIL released, or returns the Work `spawn` starts.
-fn issue<T: Send + 'static>(
+/// Hands `buf` to `blocking`, run with the GIL released, or to `spawn`, whose Work it returns.
+fn issue<B: Send, T: Send + 'static>(
     py: Python<'_>,
     done: Option<Py<PyAny>>,
-    blocking: impl FnOnce() -> conflux::Result<()> + Send,
-    spawn: impl FnOnce() -> conflux::Work<T>,
+    buf: B,
+    blocking: impl FnOnce(B) -> conflux::Result<()> + Send,
+    spawn: impl FnOnce(B) -> conflux::Work<T>,
 ) -> PyResult<Option<Work>> {
     match done {
-        None => py.detach(blocking).map(|_| None).map_err(py_err),
-        Some(cb) => Ok(Some(Work::new(spawn(), Some(cb)))),
+        None => py.detach(|| blocking(buf)).map(|_| None).map_err(py_err),
+        Some(cb) => Ok(Some(Work::new(spawn(buf), Some(cb)))),
     }
 }
 
@@ -119,8 +120,7 @@ impl Comm {
     fn all_reduce(&self, py: Python<'_>, buf: Triple, op: &str, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
         let (r, op, c) = (Region::parse(&buf)?, reduce_op(op)?, &self.inner);
         with_dtype!(r.dtype(), T => {
-            let mut b = Raw::<T>::new(r)?;
-            issue(py, done, || c.all_reduce(b.as_mut_slice(), op), || c.all_reduce_async(Raw::<T>::new(r).expect("checked"), op))
+            issue(py, done, Raw::<T>::new(r)?, |mut b| c.all_reduce(b.as_mut_slice(), op), |b| c.all_reduce_async(b, op))
         })
     }
 
@@ -128,8 +128,7 @@ impl Comm {
     fn broadcast(&self, py: Python<'_>, buf: Triple, root: usize, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
         let (r, c) = (Region::parse(&buf)?, &self.inner);
         with_dtype!(r.dtype(), T => {
-            let mut b = Raw::<T>::new(r)?;
-            issue(py, done, || c.broadcast(b.as_mut_slice(), root), || c.broadcast_async(Raw::<T>::new(r).expect("checked"), root))
+            issue(py, done, Raw::<T>::new(r)?, |mut b| c.broadcast(b.as_mut_slice(), root), |b| c.broadcast_async(b, root))
         })
     }
 
@@ -145,8 +144,7 @@ impl Comm {
     ) -> PyResult<Option<Work>> {
         let (r, op, c) = (Region::parse(&buf)?, reduce_op(op)?, &self.inner);
         with_dtype!(r.dtype(), T => {
-            let mut b = Raw::<T>::new(r)?;
-            issue(py, done, || c.reduce(b.as_mut_slice(), op, root), || c.reduce_async(Raw::<T>::new(r).expect("checked"), op, root))
+            issue(py, done, Raw::<T>::new(r)?, |mut b| c.reduce(b.as_mut_slice(), op, root), |b| c.reduce_async(b, op, root))
         })
     }
 
@@ -155,8 +153,7 @@ impl Comm {
     fn all_gather(&self, py: Python<'_>, buf: Triple, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
         let (r, c) = (Region::parse(&buf)?, &self.inner);
         with_dtype!(r.dtype(), T => {
-            let mut b = Raw::<T>::new(r)?;
-            issue(py, done, || c.all_gather_in_place(b.as_mut_slice()), || c.all_gather_async(Raw::<T>::new(r).expect("checked")))
+            issue(py, done, Raw::<T>::new(r)?, |mut b| c.all_gather_in_place(b.as_mut_slice()), |b| c.all_gather_async(b))
         })
     }
 
@@ -165,8 +162,7 @@ impl Comm {
     fn reduce_scatter(&self, py: Python<'_>, buf: Triple, op: &str, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
         let (r, op, c) = (Region::parse(&buf)?, reduce_op(op)?, &self.inner);
         with_dtype!(r.dtype(), T => {
-            let mut b = Raw::<T>::new(r)?;
-            issue(py, done, || c.reduce_scatter_in_place(b.as_mut_slice(), op), || c.reduce_scatter_async(Raw::<T>::new(r).expect("checked"), op))
+            issue(py, done, Raw::<T>::new(r)?, |mut b| c.reduce_scatter_in_place(b.as_mut_slice(), op), |b| c.reduce_scatter_async(b, op))
         })
     }
 
@@ -183,13 +179,12 @@ impl Comm {
     ) -> PyResult<Option<Work>> {
         let (s, r, c) = (Region::parse(&send)?, Region::parse(&recv)?, &self.inner);
         with_dtype!(s.dtype(), T => {
-            let (sb, mut rb) = (Raw::<T>::new(s)?, Raw::<T>::new(r)?);
-            let (ss, rs) = (sb.as_slice(), rb.as_mut_slice());
             issue(
                 py,
                 done,
-                || c.all_to_all_v(ss, &send_counts, rs, &recv_counts),
-                || c.all_to_all_v_async(Raw::<T>::new(s).expect("checked"), &send_counts, Raw::<T>::new(r).expect("checked"), &recv_counts),
+                (Raw::<T>::new(s)?, Raw::<T>::new(r)?),
+                |(sb, mut rb)| c.all_to_all_v(sb.as_slice(), &send_counts, rb.as_mut_slice(), &recv_counts),
+                |(sb, rb)| c.all_to_all_v_async(sb, &send_counts, rb, &recv_counts),
             )
         })
     }
@@ -205,9 +200,7 @@ impl Comm {
     ) -> PyResult<Option<Work>> {
         let (r, c) = (Region::parse(&buf)?, &self.inner);
         with_dtype!(r.dtype(), T => {
-            let b = Raw::<T>::new(r)?;
-            let data = b.as_slice();
-            issue(py, done, || c.send(data, peer, tag), || c.send_async(Raw::<T>::new(r).expect("checked"), peer, tag))
+            issue(py, done, Raw::<T>::new(r)?, |b| c.send(b.as_slice(), peer, tag), |b| c.send_async(b, peer, tag))
         })
     }
 
@@ -222,8 +215,7 @@ impl Comm {
     ) -> PyResult<Option<Work>> {
         let (r, c) = (Region::parse(&buf)?, &self.inner);
         with_dtype!(r.dtype(), T => {
-            let mut b = Raw::<T>::new(r)?;
-            issue(py, done, || c.recv(b.as_mut_slice(), peer, tag), || c.recv_async(Raw::<T>::new(r).expect("checked"), peer, tag))
+            issue(py, done, Raw::<T>::new(r)?, |mut b| c.recv(b.as_mut_slice(), peer, tag), |b| c.recv_async(b, peer, tag))
         })
     }
 
@@ -238,7 +230,7 @@ impl Comm {
     #[pyo3(signature = (done=None))]
     fn barrier(&self, py: Python<'_>, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
         let c = &self.inner;
-        issue(py, done, || c.barrier(), || c.barrier_async())
+        issue(py, done, (), |()| c.barrier(), |()| c.barrier_async())
     }
 
     /// Stops every pending and future operation on this rank; never blocks.
