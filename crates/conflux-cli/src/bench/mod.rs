@@ -13,6 +13,7 @@ use conflux::config::parse_size;
 use conflux::{Communicator, Config, DataType, ReduceOp, TransportKind};
 
 mod models;
+pub mod plot;
 mod step;
 
 use crate::launch::{launch, LaunchSpec};
