@@ -1,0 +1,150 @@
+//! Jobs across "hosts" that are network namespaces with their own addresses, built by
+//! scripts/netns-cluster: shared memory inside a node, TCP over a veth and a bridge between
+//! nodes, optionally rate-limited (tc tbf) and lossy (nftables). Needs root; without it each
+//! test says it was skipped, unless CONFLUX_REQUIRE_NETNS=1 makes that a failure.
+//!
+//! Every invocation of the script has its own namespaces and network stacks, so these tests
+//! run in parallel threads without clashing.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CHECK: &str = env!("CARGO_BIN_EXE_conflux-check");
+const CONFLUX: &str = env!("CARGO_BIN_EXE_conflux");
+
+/// Past this the script gets SIGTERM (its trap removes the namespaces), then SIGKILL.
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns-cluster")
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// Whether the netns tests can run here: root, and `tools` installed. When they cannot, says
+/// so and returns false, or panics when CONFLUX_REQUIRE_NETNS=1 (CI) demands they run.
+fn netns_available(tools: &[&str]) -> bool {
+    let required = std::env::var("CONFLUX_REQUIRE_NETNS").is_ok_and(|v| v == "1");
+    let missing = if !rustix::process::geteuid().is_root() {
+        "root for network namespaces".to_string()
+    } else if let Some(t) = tools.iter().find(|t| !on_path(t)) {
+        format!("'{t}' installed")
+    } else {
+        return true;
+    };
+    assert!(!required, "CONFLUX_REQUIRE_NETNS=1 but this test needs {missing}");
+    println!("skipped: needs {missing}");
+    false
+}
+
+/// Runs `scripts/netns-cluster --nodes N --nproc P EXTRA... -- CMD...` with this build's
+/// binaries (`conflux` for --nproc; CMD's first word `conflux`/`conflux-check` means the same
+/// binaries too) and returns its output, which it also prints. Fails the test if it does not
+/// finish within LIMIT.
+fn cluster(nodes: usize, nproc: usize, extra: &[&str], cmd: &[&str]) -> Output {
+    let mut cmd: Vec<&str> = cmd.to_vec();
+    match cmd.first() {
+        Some(&"conflux") => cmd[0] = CONFLUX,
+        Some(&"conflux-check") => cmd[0] = CHECK,
+        _ => {}
+    }
+    let mut child = Command::new("bash")
+        .arg(script())
+        .args(["--nodes", &nodes.to_string(), "--nproc", &nproc.to_string(), "--conflux", CONFLUX])
+        .args(extra)
+        .arg("--")
+        .args(&cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting scripts/netns-cluster");
+    // Drained by threads so that a chatty job cannot block on a full pipe.
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out_t = drain(Box::new(child.stdout.take().unwrap()));
+    let err_t = drain(Box::new(child.stderr.take().unwrap()));
+    let start = Instant::now();
+    let mut timed_out = false;
+    let status: ExitStatus = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        let waited = start.elapsed();
+        if waited > LIMIT && !timed_out {
+            timed_out = true;
+            let pid = rustix::process::Pid::from_child(&child);
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        } else if waited > LIMIT + Duration::from_secs(20) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = Output { status, stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap() };
+    let t = text(&out);
+    println!("{t}");
+    assert!(!timed_out, "netns-cluster --nodes {nodes} --nproc {nproc} {extra:?} timed out after {LIMIT:?}:\n{t}");
+    out
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Asserts a `conflux bench --check` job succeeded on `nodes` x `nproc` ranks, showed every op
+/// in `ops`, and had no wrong element in any row.
+fn assert_bench_ok(out: &Output, nodes: usize, nproc: usize, ops: &[&str]) {
+    let t = text(out);
+    assert!(out.status.success(), "job failed ({}):\n{t}", out.status);
+    let header = format!("# conflux bench: {} ranks ({nproc} on this host)", nodes * nproc);
+    assert!(t.contains(&header), "expected {header:?}:\n{t}");
+    for op in ops {
+        assert!(t.lines().any(|l| l.ends_with(&format!("# {op}"))), "no {op} table:\n{t}");
+    }
+    let rows: Vec<&str> = t
+        .lines()
+        .filter_map(|l| l.strip_prefix("[node 0] [0]:"))
+        .filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()))
+        .collect();
+    assert!(!rows.is_empty(), "no result rows:\n{t}");
+    for r in rows {
+        assert_eq!(r.split_whitespace().last(), Some("0"), "wrong elements in {r:?}:\n{t}");
+    }
+}
+
+const ALL: &[&str] = &["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "reduce", "sendrecv"];
+const BENCH_ALL: &[&str] = &["conflux", "bench", "all", "-b", "8", "-e", "256K", "-f", "8", "--check"];
+
+#[test]
+fn two_nodes_of_two() {
+    if netns_available(&["ip"]) {
+        assert_bench_ok(&cluster(2, 2, &[], BENCH_ALL), 2, 2, ALL);
+    }
+}
+
+#[test]
+fn four_nodes_of_one() {
+    if netns_available(&["ip"]) {
+        assert_bench_ok(&cluster(4, 1, &[], BENCH_ALL), 4, 1, ALL);
+    }
+}
+
+/// 5% of each node's packets dropped each way on a 200mbit link: TCP retransmits, the results
+/// must still be exact.
+#[test]
+fn lossy_slow_link() {
+    if netns_available(&["ip", "tc", "nft"]) {
+        let cmd = ["conflux", "bench", "all_reduce", "-b", "8", "-e", "1M", "-f", "16", "--check"];
+        let out = cluster(2, 1, &["--drop", "5", "--rate", "200mbit"], &cmd);
+        assert_bench_ok(&out, 2, 1, &["all_reduce"]);
+    }
+}
