@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::algo::{Algo, OpKind};
 use crate::error::{Error, Result};
 
 /// Which link type pairs of ranks use (`CONFLUX_TRANSPORT`, HCCL's set_transport).
@@ -27,26 +28,44 @@ impl TransportKind {
     }
 }
 
-/// Which algorithm family collectives use (`CONFLUX_ALGO`). The next issue grows this into a
-/// per-operation choice from a cost model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlgoChoice {
-    /// Direct shared-segment algorithms when every rank shares one host's memory, ring otherwise.
-    Auto,
-    /// Ring over the point-to-point links, always.
-    Ring,
-    /// The direct shared-segment algorithm; an error when the ranks do not share one segment.
-    Direct,
+/// Which algorithms collectives use (`CONFLUX_ALGO`): the cost model's choice (`auto`, the
+/// default), one algorithm wherever it applies (`ring`), per operation
+/// (`all_reduce:tree;broadcast:chain`), or both (`rd;all_to_all:pairwise`). An algorithm named
+/// for one operation must serve it (else that operation's calls fail, naming why); one named
+/// for all applies to the operations it implements and leaves the others to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AlgoSpec {
+    pub all: Option<Algo>,
+    pub per_op: [Option<Algo>; 6],
 }
 
-impl AlgoChoice {
-    pub fn parse(s: &str) -> Option<AlgoChoice> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" | "" => Some(AlgoChoice::Auto),
-            "ring" => Some(AlgoChoice::Ring),
-            "direct" | "shm" => Some(AlgoChoice::Direct),
-            _ => None,
+impl AlgoSpec {
+    pub fn parse(s: &str) -> std::result::Result<AlgoSpec, String> {
+        let mut spec = AlgoSpec::default();
+        let algo = |name: &str| -> std::result::Result<Option<Algo>, String> {
+            if name.trim().eq_ignore_ascii_case("auto") {
+                return Ok(None);
+            }
+            Algo::parse(name).map(Some).ok_or_else(|| {
+                let names: Vec<&str> = Algo::ALL.iter().map(|a| a.name()).collect();
+                format!("unknown algorithm {:?} (auto, {})", name.trim(), names.join(", "))
+            })
+        };
+        for part in s.split([';', ',']).map(str::trim).filter(|p| !p.is_empty()) {
+            match part.split_once(':') {
+                Some((op, name)) => {
+                    let op = OpKind::parse(op).ok_or_else(|| format!("unknown operation {:?}", op.trim()))?;
+                    spec.per_op[op.index()] = algo(name)?;
+                }
+                None => spec.all = algo(part)?,
+            }
         }
+        Ok(spec)
+    }
+
+    /// The algorithm forced for `op`, if any: `strict` when named for `op` itself.
+    pub fn forced(&self, op: OpKind) -> Option<(Algo, bool)> {
+        self.per_op[op.index()].map(|a| (a, true)).or(self.all.map(|a| (a, false)))
     }
 }
 
@@ -57,8 +76,11 @@ pub struct Config {
     pub timeout: Duration,
     /// Link type (`CONFLUX_TRANSPORT`).
     pub transport: TransportKind,
-    /// Algorithm family (`CONFLUX_ALGO`).
-    pub algo: AlgoChoice,
+    /// Algorithms forced, per operation or for all (`CONFLUX_ALGO`).
+    pub algo: AlgoSpec,
+    /// The cost model's parameters, as `conflux tune` writes them (`CONFLUX_TUNE_FILE`; unset,
+    /// the defaults measured on this project's machine). Rank 0's file is used by every rank.
+    pub tune_file: Option<std::path::PathBuf>,
     /// Overrides host detection so tests can place ranks on different "nodes" (`CONFLUX_NODE_ID`).
     pub node_id: Option<String>,
     /// Bytes of each shared-memory ring between two ranks (`CONFLUX_SHM_RING`, default 1M).
@@ -86,7 +108,8 @@ impl Default for Config {
         Config {
             timeout: Duration::from_secs(600),
             transport: TransportKind::Auto,
-            algo: AlgoChoice::Auto,
+            algo: AlgoSpec::default(),
+            tune_file: None,
             node_id: None,
             shm_ring_bytes: 1 << 20,
             shm_chunk_bytes: 256 << 10,
@@ -114,8 +137,9 @@ impl Config {
             c.transport = TransportKind::parse(&v).ok_or_else(|| bad("CONFLUX_TRANSPORT", &v))?;
         }
         if let Some(v) = var("CONFLUX_ALGO") {
-            c.algo = AlgoChoice::parse(&v).ok_or_else(|| bad("CONFLUX_ALGO", &v))?;
+            c.algo = AlgoSpec::parse(&v).map_err(|e| Error::Config(format!("CONFLUX_ALGO={v:?}: {e}")))?;
         }
+        c.tune_file = var("CONFLUX_TUNE_FILE").map(Into::into);
         c.node_id = var("CONFLUX_NODE_ID");
         size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;
         size_var("CONFLUX_SHM_CHUNK", &mut c.shm_chunk_bytes)?;
@@ -203,5 +227,20 @@ mod tests {
         assert_eq!(parse_size("x"), None);
         assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("K"), None);
+    }
+
+    #[test]
+    fn algorithm_specs_parse_for_all_and_per_operation() {
+        let s = AlgoSpec::parse("all_reduce:tree; broadcast:chain").unwrap();
+        assert_eq!(s.forced(OpKind::AllReduce), Some((Algo::Tree, true)));
+        assert_eq!(s.forced(OpKind::Broadcast), Some((Algo::Chain, true)));
+        assert_eq!(s.forced(OpKind::AllGather), None);
+        let s = AlgoSpec::parse("rd;all_to_all:pairwise").unwrap();
+        assert_eq!(s.forced(OpKind::AllGather), Some((Algo::Rd, false)));
+        assert_eq!(s.forced(OpKind::AllToAll), Some((Algo::Pairwise, true)));
+        assert_eq!(AlgoSpec::parse("auto").unwrap(), AlgoSpec::default());
+        assert_eq!(AlgoSpec::parse("ring").unwrap().all, Some(Algo::Ring));
+        assert!(AlgoSpec::parse("all_reduce:warp").unwrap_err().contains("warp"));
+        assert!(AlgoSpec::parse("allreduce2:ring").unwrap_err().contains("operation"));
     }
 }

@@ -10,10 +10,11 @@ pub mod transport;
 
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{Error, Result};
-mod algo;
+pub mod algo;
 mod comm;
 pub mod config;
+pub use algo::{Algo, OpKind};
 pub use comm::{Bucketer, Buffer, CommBuilder, Communicator, Priority, Work};
-pub use config::{AlgoChoice, Config, TransportKind};
+pub use config::{AlgoSpec, Config, TransportKind};
 pub use store::StoreError;
 pub use transport::LinkError;

@@ -1,7 +1,12 @@
-//! Pipelined chain broadcast: the root streams chunks to its right neighbour, which forwards
-//! each chunk while it receives the next. Time ≈ (chunks + N - 2) chunk transfers.
+//! Pipelined chains: the message flows along the ranks in chunks, each rank passing a chunk
+//! on while it takes the next. Time ≈ (chunks + N - 2) chunk transfers: every link busy at
+//! once, for large messages.
+//!
+//! - broadcast: from the root towards root + 1, root + 2, ...
+//! - reduce: from root - 1 (the far end) back to the root, each rank adding its own part.
 
 use super::{split2, Step};
+use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
 /// Chunk of the pipeline: small enough that the chain fills fast, large enough that the
@@ -17,12 +22,49 @@ pub(crate) fn broadcast(
 ) -> Result<(), LinkError> {
     let n = s.size;
     let pos = (s.rank + n - root) % n;
+    pipeline(t, s, buf, pos, s.left(), s.right(), esize, |into| Sink::Copy(into))
+}
+
+/// Non-root ranks work on a copy, so their buffers stay as they were.
+pub(crate) fn reduce(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    root: usize,
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let n = s.size;
+    // Position along the chain, counted from its far end (root - 1) at 0 to the root at n - 1.
+    let pos = (root + n - 1 - s.rank) % n;
+    let mut scratch;
+    let work: &mut [u8] = if s.rank == root {
+        buf
+    } else {
+        scratch = buf.to_vec();
+        &mut scratch
+    };
+    pipeline(t, s, work, pos, s.right(), s.left(), dtype.size(), |into| Sink::Reduce { buf: into, dtype, op })
+}
+
+/// The chain's steps at position `pos` (0 starts, n - 1 ends), receiving from `from` and
+/// sending to `to`: at step k it takes chunk k - pos + 1 and passes on chunk k - pos.
+#[allow(clippy::too_many_arguments)]
+fn pipeline(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    pos: usize,
+    from: usize,
+    to: usize,
+    esize: usize,
+    sink: impl for<'a> Fn(&'a mut [u8]) -> Sink<'a>,
+) -> Result<(), LinkError> {
+    let n = s.size;
     let chunk = (CHUNK / esize).max(1) * esize;
     let chunks = buf.len().div_ceil(chunk).max(1);
     let len = buf.len();
     let range = |j: usize| (j * chunk).min(len)..((j + 1) * chunk).min(len);
-    let (left, right) = (s.left(), s.right());
-    // At step k, position p receives chunk k - p + 1 and sends chunk k - p.
     for k in 0..chunks + n - 2 {
         let recv = (pos > 0).then(|| (k + 1).checked_sub(pos)).flatten().filter(|&j| j < chunks);
         let send = (pos < n - 1).then(|| k.checked_sub(pos)).flatten().filter(|&j| j < chunks);
@@ -31,10 +73,10 @@ pub(crate) fn broadcast(
         let (out, into) = split2(buf, send_r.as_ref().unwrap_or(&empty), recv_r.as_ref().unwrap_or(&empty));
         let mut xfers = Vec::with_capacity(2);
         if send.is_some() {
-            xfers.push(Xfer::Send { peer: right, tag: s.tag, data: out });
+            xfers.push(Xfer::Send { peer: to, tag: s.tag, data: out });
         }
         if recv.is_some() {
-            xfers.push(Xfer::Recv { peer: left, tag: s.tag, sink: Sink::Copy(into) });
+            xfers.push(Xfer::Recv { peer: from, tag: s.tag, sink: sink(into) });
         }
         if !xfers.is_empty() {
             t.exchange(&mut xfers, s.deadline)?;

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::{split2, Step};
+use super::{split2, Circle, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
@@ -12,48 +12,52 @@ fn block(blocks: &[Range<usize>], k: isize) -> &Range<usize> {
     &blocks[k.rem_euclid(blocks.len() as isize) as usize]
 }
 
-/// Reduces `buf` (partitioned into `blocks`, one per rank) so that afterwards this rank holds
-/// the fully reduced block `rank + 1 + shift`. Other blocks hold partial results.
+/// Reduces `buf` (partitioned into `blocks`, one per ring position) so that afterwards this
+/// rank holds the fully reduced block `pos + 1 + shift`. Other blocks hold partial results.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce_scatter(
     t: &mut Transport,
     s: &Step,
+    c: &Circle<'_>,
     buf: &mut [u8],
     blocks: &[Range<usize>],
     shift: isize,
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    pass(t, s, buf, blocks, shift, |into| Sink::Reduce { buf: into, dtype, op })
+    pass(t, s, c, buf, blocks, shift, |into| Sink::Reduce { buf: into, dtype, op })
 }
 
-/// Starting with this rank holding block `rank + shift`, leaves every rank with every block.
+/// Starting with this rank holding block `pos + shift`, leaves every rank with every block.
 pub(crate) fn all_gather(
     t: &mut Transport,
     s: &Step,
+    c: &Circle<'_>,
     buf: &mut [u8],
     blocks: &[Range<usize>],
     shift: isize,
 ) -> Result<(), LinkError> {
-    pass(t, s, buf, blocks, shift, |into| Sink::Copy(into))
+    pass(t, s, c, buf, blocks, shift, |into| Sink::Copy(into))
 }
 
-/// N-1 steps around the ring: send block `rank - k + shift` right, take block
-/// `rank - k - 1 + shift` from the left into the sink `sink` makes of it.
+/// N-1 steps around the ring: send block `pos - k + shift` right, take block
+/// `pos - k - 1 + shift` from the left into the sink `sink` makes of it.
 fn pass(
     t: &mut Transport,
     s: &Step,
+    c: &Circle<'_>,
     buf: &mut [u8],
     blocks: &[Range<usize>],
     shift: isize,
     sink: impl for<'a> Fn(&'a mut [u8]) -> Sink<'a>,
 ) -> Result<(), LinkError> {
-    let r = s.rank as isize;
-    for k in 0..s.size as isize - 1 {
+    let r = c.pos as isize;
+    for k in 0..c.len as isize - 1 {
         let (out, into) = split2(buf, block(blocks, r - k + shift), block(blocks, r - k - 1 + shift));
         t.exchange(
             &mut [
-                Xfer::Send { peer: s.right(), tag: s.tag, data: out },
-                Xfer::Recv { peer: s.left(), tag: s.tag, sink: sink(into) },
+                Xfer::Send { peer: c.right(), tag: s.tag, data: out },
+                Xfer::Recv { peer: c.left(), tag: s.tag, sink: sink(into) },
             ],
             s.deadline,
         )?;
@@ -65,13 +69,14 @@ fn pass(
 pub(crate) fn all_reduce(
     t: &mut Transport,
     s: &Step,
+    c: &Circle<'_>,
     buf: &mut [u8],
     blocks: &[Range<usize>],
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    reduce_scatter(t, s, buf, blocks, 0, dtype, op)?;
-    all_gather(t, s, buf, blocks, 1)
+    reduce_scatter(t, s, c, buf, blocks, 0, dtype, op)?;
+    all_gather(t, s, c, buf, blocks, 1)
 }
 
 /// reduce to `root`: ring reduce-scatter (rank r ends with block r), then every rank sends its
@@ -93,7 +98,7 @@ pub(crate) fn reduce(
         scratch = buf.to_vec();
         &mut scratch
     };
-    reduce_scatter(t, s, work, blocks, -1, dtype, op)?;
+    reduce_scatter(t, s, &Circle::whole(s), work, blocks, -1, dtype, op)?;
     if s.rank != root {
         let data = &work[blocks[s.rank].clone()];
         return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data }], s.deadline);

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::algo::select::{Model, Topo};
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
 use crate::store::StoreClient;
@@ -22,17 +23,73 @@ pub(crate) struct Peer {
     pub node: String,
     pub pid: u32,
     pub addr: SocketAddr,
+    /// Cores of its host, so that every rank judges oversubscription alike.
+    pub cores: usize,
 }
 
 impl Peer {
     fn encode(&self) -> Vec<u8> {
-        format!("{}\n{}\n{}", self.node, self.pid, self.addr).into_bytes()
+        format!("{}\n{}\n{}\n{}", self.node, self.pid, self.addr, self.cores).into_bytes()
     }
     fn decode(b: &[u8]) -> Option<Peer> {
         let s = std::str::from_utf8(b).ok()?;
         let mut it = s.split('\n');
-        Some(Peer { node: it.next()?.to_string(), pid: it.next()?.parse().ok()?, addr: it.next()?.parse().ok()? })
+        Some(Peer {
+            node: it.next()?.to_string(),
+            pid: it.next()?.parse().ok()?,
+            addr: it.next()?.parse().ok()?,
+            cores: it.next()?.parse().ok()?,
+        })
     }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Where every rank is, from what each published: the same on every rank.
+fn topology(peers: &[Peer], one_segment: bool, local_tcp: bool) -> Topo {
+    let mut nodes: Vec<(String, Vec<usize>)> = Vec::new();
+    for (r, p) in peers.iter().enumerate() {
+        match nodes.iter_mut().find(|(id, _)| *id == p.node) {
+            Some((_, ranks)) => ranks.push(r),
+            None => nodes.push((p.node.clone(), vec![r])),
+        }
+    }
+    let oversubscribed =
+        nodes.iter().any(|(_, ranks)| ranks.len() > ranks.iter().map(|&r| peers[r].cores).min().unwrap_or(1));
+    Topo {
+        size: peers.len(),
+        nodes: nodes.into_iter().map(|(_, r)| r).collect(),
+        one_segment,
+        local_tcp,
+        oversubscribed,
+    }
+}
+
+/// Rank 0 reads the cost model (its tuning file, or the defaults) and publishes it; every
+/// rank uses what rank 0 published.
+fn agree_model(store: &StoreClient, prefix: &str, rank: usize, cfg: &Config, deadline: Instant) -> Result<Model> {
+    let key = format!("{prefix}/model");
+    if rank == 0 {
+        let model = match &cfg.tune_file {
+            None => Ok(Model::default()),
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| Model::from_text(&text))
+                .map_err(|e| format!("tuning file {}: {e}", path.display())),
+        };
+        // A bad file fails every rank with rank 0's reason, not just rank 0.
+        let text = model.as_ref().map_or_else(|e| format!("!{e}"), |m| m.to_text());
+        store.set(&key, text.as_bytes())?;
+        return model.map_err(Error::Config);
+    }
+    let text = store.get(&key, left(deadline))?;
+    let text = String::from_utf8_lossy(&text);
+    if let Some(e) = text.strip_prefix('!') {
+        return Err(Error::Config(format!("rank 0: {e}")));
+    }
+    Model::from_text(&text).map_err(|e| Error::Config(format!("rank 0's cost model: {e}")))
 }
 
 /// This host's identity: `CONFLUX_NODE_ID`, else hostname plus boot id.
@@ -86,6 +143,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
         node: node_id(cfg),
         pid: std::process::id(),
         addr: listener.local_addr().map_err(|e| Error::setup("data listener address", e))?,
+        cores: cores(),
     };
     store.set(&format!("{prefix}/rank/{rank}"), &me.encode())?;
     let mut peers = Vec::with_capacity(size);
@@ -137,7 +195,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
         }
     }
     let monitor = store.monitor(at.world[rank], at.channel)?;
-    let oversubscribed = local_ranks.len() > std::thread::available_parallelism().map_or(1, |n| n.get());
+    let oversubscribed = local_ranks.len() > cores();
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
     let waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
 
@@ -145,7 +203,10 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     let keys: Vec<String> = (0..size).map(|r| format!("{prefix}/ready/{r}")).collect();
     let keys: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
     store.wait(&keys, left(deadline))?;
-    Ok(Built { transport: Transport::new(rank, size, links, waiter), local_ranks })
+    let mut transport = Transport::new(rank, size, links, waiter);
+    transport.topo = topology(&peers, use_shm && local_ranks.len() == size, cfg.transport == TransportKind::Tcp);
+    transport.model = agree_model(store, prefix, rank, cfg, deadline)?;
+    Ok(Built { transport, local_ranks })
 }
 
 fn left(deadline: Instant) -> Duration {

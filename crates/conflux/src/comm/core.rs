@@ -17,7 +17,7 @@ use super::bootstrap::{self, Meeting};
 use super::engine::Engine;
 use super::ops::Plan;
 use super::session::Session;
-use crate::config::{AlgoChoice, Config};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::wait::Waiter;
 use crate::transport::{Segment, Transport};
@@ -86,11 +86,11 @@ impl Core {
         let mut lanes = Vec::new();
         let (mut local_rank, mut local_size) = (0, 1);
         for lane in 0..2 {
-            let (mut transport, local_ranks, direct_ok) = match &session.store {
+            let (mut transport, local_ranks) = match &session.store {
                 None => {
                     let waiter =
                         Waiter::new(None, 0, Vec::new(), None, world.clone(), abort.clone(), Duration::ZERO, false);
-                    (Transport::new(rank, 1, vec![None], waiter), vec![rank], false)
+                    (Transport::new(rank, 1, vec![None], waiter), vec![rank])
                 }
                 Some((store, store_addr)) => {
                     let meeting = Meeting {
@@ -101,15 +101,9 @@ impl Core {
                         channel: session.channel(),
                     };
                     let built = bootstrap::build(&meeting, rank, size, &config, abort.clone())?;
-                    let direct_ok = built.transport.waiter.seg.is_some() && built.local_ranks.len() == size;
-                    (built.transport, built.local_ranks, direct_ok)
+                    (built.transport, built.local_ranks)
                 }
             };
-            if config.algo == AlgoChoice::Direct && size > 1 && !direct_ok {
-                return Err(Error::Config(
-                    "CONFLUX_ALGO=direct needs every rank on one host with shared memory".into(),
-                ));
-            }
             if lane == 0 {
                 transport.give_way = Some(high_busy.clone());
                 local_rank = local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
@@ -117,7 +111,7 @@ impl Core {
             }
             let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
             let (engine, thread) = Engine::start(transport, world[rank], lane)?;
-            let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, direct_ok };
+            let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, call_algo: None };
             lanes.push(Lane { plan, engine, thread: Mutex::new(Some(thread)), doorbell });
         }
         tracing::info!(prefix, rank, size, local_size, "communicator ready");

@@ -18,6 +18,7 @@ pub use engine::Work;
 pub use fusion::Bucketer;
 
 use self::core::{Core, HighBusy, Lane};
+use crate::algo::Algo;
 use crate::config::{env_usize, var, Config};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
@@ -67,6 +68,8 @@ pub struct Communicator {
     core: Arc<Core>,
     /// Which lane this handle's operations use (see [`Communicator::with_priority`]).
     lane: usize,
+    /// The algorithm this handle's collectives must use (see [`Communicator::with_algo`]).
+    algo: Option<Algo>,
 }
 
 fn bytes<T: Element>(s: &[T]) -> &[u8] {
@@ -113,7 +116,7 @@ impl Communicator {
         let session = Arc::new(Session::open(rank, size, store, config.timeout)?);
         let world: Arc<[usize]> = (0..size).collect();
         let core = Core::new(session, "conflux".into(), world, rank, config, true)?;
-        Ok(Communicator { core: Arc::new(core), lane: 0 })
+        Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })
     }
 
     /// A handle on this same communicator whose operations run at `priority`. Operations of
@@ -121,7 +124,21 @@ impl Communicator {
     /// not held back by normal ones issued before it, and may finish first. Ranks must issue
     /// the operations of each priority in the same order.
     pub fn with_priority(&self, priority: Priority) -> Communicator {
-        Communicator { core: self.core.clone(), lane: priority.lane() }
+        Communicator { core: self.core.clone(), lane: priority.lane(), algo: self.algo }
+    }
+
+    /// A handle on this same communicator whose collectives use `algo` (None: the usual
+    /// choice, from `CONFLUX_ALGO` or the cost model), as NCCL_ALGO does for one call. A
+    /// collective the algorithm cannot serve (an operation it does not implement, a topology
+    /// it does not support) fails with `InvalidArgument` naming why, on every rank, before
+    /// anything is sent. Every rank must use the same algorithm for the same call.
+    pub fn with_algo(&self, algo: Option<Algo>) -> Communicator {
+        Communicator { core: self.core.clone(), lane: self.lane, algo }
+    }
+
+    /// The algorithm this handle forces, if any.
+    pub fn algo(&self) -> Option<Algo> {
+        self.algo
     }
 
     pub fn priority(&self) -> Priority {
@@ -196,7 +213,8 @@ impl Communicator {
         self.usable()?;
         let lane = self.lane();
         let _busy = HighBusy::new(HighBusy::counter(&self.core, self.lane));
-        lane.engine.run_inline(|t| ops::run(t, &lane.plan, coll, dtype))
+        let plan = Plan { call_algo: self.algo, ..lane.plan };
+        lane.engine.run_inline(|t| ops::run(t, &plan, coll, dtype))
     }
 
     fn spawn<T: Send + 'static>(
@@ -209,7 +227,7 @@ impl Communicator {
             done.complete(Err(e));
             return work;
         }
-        let plan = self.lane().plan;
+        let plan = Plan { call_algo: self.algo, ..self.lane().plan };
         // Not the core itself: a job holding the last reference would tear the communicator
         // down on its own engine thread, which then waits for itself (and says no goodbye).
         let busy = HighBusy::counter(&self.core, self.lane);

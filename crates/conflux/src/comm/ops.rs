@@ -5,8 +5,10 @@ use std::fmt;
 use std::ops::Range;
 use std::time::Instant;
 
-use crate::algo::{chain, direct, even_blocks, pairwise, ring, Step};
-use crate::config::AlgoChoice;
+use crate::algo::select::{self, Call};
+use crate::algo::{bruck, chain, direct, even_blocks, hier, pairwise, rabenseifner, rd, ring, sag, tree};
+use crate::algo::{Algo, Circle, OpKind, Step};
+use crate::config::AlgoSpec;
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::reduce;
@@ -65,9 +67,10 @@ pub(crate) struct Plan {
     pub rank: usize,
     pub size: usize,
     pub timeout: std::time::Duration,
-    pub algo: AlgoChoice,
-    /// Every rank maps one shared segment, so the direct algorithms can serve.
-    pub direct_ok: bool,
+    /// Algorithms the configuration forces.
+    pub algo: AlgoSpec,
+    /// The algorithm this call's handle forces (`Communicator::with_algo`), before `algo`.
+    pub call_algo: Option<Algo>,
 }
 
 /// A call as a person reads it in an error message: `all_reduce(float x 1024, sum)`.
@@ -107,6 +110,29 @@ impl fmt::Display for Describe<'_, '_> {
 }
 
 impl Coll<'_> {
+    /// What the algorithm choice looks at, for the calls that have one.
+    fn call(&self) -> Option<Call> {
+        let c = |op, bytes| Some(Call { op, bytes, even: true, pieces: false });
+        match self {
+            Coll::AllReduce { out, .. } => Some(Call {
+                op: OpKind::AllReduce,
+                bytes: out.iter().map(|p| p.len()).sum(),
+                even: true,
+                pieces: out.len() > 1,
+            }),
+            Coll::Broadcast { buf, .. } => c(OpKind::Broadcast, buf.len()),
+            Coll::Reduce { buf, .. } => c(OpKind::Reduce, buf.len()),
+            Coll::AllGather { buf } => c(OpKind::AllGather, buf.len()),
+            Coll::ReduceScatter { buf, .. } => c(OpKind::ReduceScatter, buf.len()),
+            Coll::AllToAll { send, send_blocks, recv_blocks, .. } => {
+                let b = send_blocks[0].len();
+                let even = send_blocks.iter().chain(recv_blocks.iter()).all(|r| r.len() == b);
+                Some(Call { op: OpKind::AllToAll, bytes: send.len(), even, pieces: false })
+            }
+            Coll::Send { .. } | Coll::Recv { .. } | Coll::Barrier => None,
+        }
+    }
+
     /// The reduce op of a reducing call.
     fn op(&self) -> Option<ReduceOp> {
         match self {
@@ -122,6 +148,12 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     if let Some(op) = coll.op().filter(|op| !op.accepts(dtype)) {
         return Err(Error::InvalidArgument(format!("{op} is not defined on {dtype}")));
     }
+    let algo = match coll.call() {
+        Some(call) => {
+            pick(t, plan, &call).map_err(|why| Error::InvalidArgument(format!("{}: {why}", Describe(&coll, dtype))))?
+        }
+        None => Algo::Pairwise,
+    };
     let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: Instant::now() + plan.timeout };
     let is_p2p = matches!(coll, Coll::Send { .. } | Coll::Recv { .. });
     let step = if is_p2p {
@@ -131,27 +163,57 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         Step { tag: COLL_BIT | t.seq, ..step }
     };
     let mut coll = coll;
-    let r = dispatch(t, plan, &step, &mut coll, dtype);
+    let r = dispatch(t, algo, &step, &mut coll, dtype);
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }
 
-fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype: DataType) -> Result<(), LinkError> {
-    let n = plan.size;
+/// The forced algorithm (this handle's, then the operation's, then the one for all if it
+/// implements this operation), or the cost model's choice; logged once per operation and
+/// size class at CONFLUX_DEBUG=info.
+fn pick(t: &mut Transport, plan: &Plan, call: &Call) -> std::result::Result<Algo, String> {
+    let forced = match (plan.call_algo, plan.algo.forced(call.op)) {
+        (Some(a), _) | (None, Some((a, true))) => Some(a),
+        (None, Some((a, false))) if select::implements(a, call.op) => Some(a),
+        _ => None,
+    };
+    let algo = select::choose(&t.model, call, &t.topo, forced)?;
+    let class = usize::BITS - call.bytes.leading_zeros();
+    if tracing::enabled!(tracing::Level::INFO) && t.logged.insert((call.op, class)) {
+        let ranked = select::ranked(&t.model, call, &t.topo);
+        let predicted: Vec<String> = ranked.iter().map(|(a, us)| format!("{a} {us:.1}us")).collect();
+        tracing::info!(
+            op = call.op.name(),
+            bytes = call.bytes,
+            chosen = algo.name(),
+            forced = forced.is_some(),
+            predicted = predicted.join(", "),
+            "algorithm"
+        );
+    }
+    Ok(algo)
+}
+
+fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype: DataType) -> Result<(), LinkError> {
+    let n = s.size;
     let esize = dtype.size();
-    let direct = plan.direct_ok && plan.algo != AlgoChoice::Ring;
+    let whole = Circle::whole(s);
     match coll {
         Coll::AllReduce { input, out, op } => {
-            if n == 1 {
+            if n == 1 || algo != Algo::Direct {
                 if let Some(i) = input {
                     out[0].copy_from_slice(i);
                 }
-            } else if direct {
-                direct::all_reduce(t, s, *input, out, dtype, *op)?;
-            } else {
-                if let Some(i) = input {
-                    out[0].copy_from_slice(i);
+            }
+            if n > 1 {
+                match algo {
+                    Algo::Direct => direct::all_reduce(t, s, *input, out, dtype, *op)?,
+                    Algo::Ring => ring_pieces(t, s, out, dtype, *op)?,
+                    Algo::Tree => tree::all_reduce(t, s, out[0], dtype, *op)?,
+                    Algo::Rd => rd::all_reduce(t, s, out[0], dtype, *op)?,
+                    Algo::Rabenseifner => rabenseifner::all_reduce(t, s, out[0], dtype, *op)?,
+                    Algo::Hier => hier::all_reduce(t, s, out[0], dtype, *op)?,
+                    other => unreachable!("select lets {other} serve all_reduce"),
                 }
-                ring_pieces(t, s, out, dtype, *op)?;
             }
             for p in out.iter_mut() {
                 finish_avg(*op, dtype, p, n);
@@ -159,13 +221,23 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
         }
         Coll::Broadcast { buf, root } => {
             if n > 1 {
-                chain::broadcast(t, s, buf, *root, esize)?;
+                match algo {
+                    Algo::Tree => tree::broadcast(t, s, buf, *root)?,
+                    Algo::ScatterAllGather => sag::broadcast(t, s, buf, *root, esize)?,
+                    _ => chain::broadcast(t, s, buf, *root, esize)?,
+                }
             }
         }
         Coll::Reduce { buf, op, root } => {
             if n > 1 {
-                let blocks = even_blocks(buf.len() / esize, n, esize);
-                ring::reduce(t, s, buf, &blocks, *root, dtype, *op)?;
+                match algo {
+                    Algo::Tree => tree::reduce(t, s, buf, *root, dtype, *op)?,
+                    Algo::Chain => chain::reduce(t, s, buf, *root, dtype, *op)?,
+                    _ => {
+                        let blocks = even_blocks(buf.len() / esize, n, esize);
+                        ring::reduce(t, s, buf, &blocks, *root, dtype, *op)?
+                    }
+                }
             }
             if s.rank == *root {
                 finish_avg(*op, dtype, buf, n);
@@ -174,21 +246,32 @@ fn dispatch(t: &mut Transport, plan: &Plan, s: &Step, coll: &mut Coll<'_>, dtype
         Coll::AllGather { buf } => {
             if n > 1 {
                 let blocks = even_blocks(buf.len() / esize, n, esize);
-                ring::all_gather(t, s, buf, &blocks, 0)?;
+                match algo {
+                    Algo::Rd => rd::all_gather(t, s, buf, &blocks)?,
+                    Algo::Bruck => bruck::all_gather(t, s, buf, &blocks)?,
+                    _ => ring::all_gather(t, s, &whole, buf, &blocks, 0)?,
+                }
             }
         }
         Coll::ReduceScatter { buf, op } => {
             let blocks = even_blocks(buf.len() / esize, n, esize);
             if n > 1 {
-                ring::reduce_scatter(t, s, buf, &blocks, -1, dtype, *op)?;
+                match algo {
+                    Algo::Rd => rd::reduce_scatter(t, s, buf, &blocks, dtype, *op)?,
+                    _ => ring::reduce_scatter(t, s, &whole, buf, &blocks, -1, dtype, *op)?,
+                }
             }
             finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
         }
         Coll::AllToAll { send, send_blocks, recv, recv_blocks } => {
-            let (from, to) = (send_blocks[s.rank].clone(), recv_blocks[s.rank].clone());
-            recv[to].copy_from_slice(&send[from]);
-            if n > 1 {
-                pairwise::all_to_all(t, s, send, send_blocks, recv, recv_blocks)?;
+            if n > 1 && algo == Algo::Bruck {
+                bruck::all_to_all(t, s, send, recv, send_blocks[0].len())?;
+            } else {
+                let (from, to) = (send_blocks[s.rank].clone(), recv_blocks[s.rank].clone());
+                recv[to].copy_from_slice(&send[from]);
+                if n > 1 {
+                    pairwise::all_to_all(t, s, send, send_blocks, recv, recv_blocks)?;
+                }
             }
         }
         Coll::Send { data, peer, tag } => {
@@ -232,14 +315,14 @@ fn ring_pieces(
         if i - start <= 1 {
             i = start + 1;
             let blocks = even_blocks(out[start].len() / esize, n, esize);
-            ring::all_reduce(t, s, out[start], &blocks, dtype, op)?;
+            ring::all_reduce(t, s, &Circle::whole(s), out[start], &blocks, dtype, op)?;
             continue;
         }
         let mut flat = std::mem::take(&mut t.staging);
         flat.clear();
         out[start..i].iter().for_each(|p| flat.extend_from_slice(p));
         let blocks = even_blocks(flat.len() / esize, n, esize);
-        let r = ring::all_reduce(t, s, &mut flat, &blocks, dtype, op);
+        let r = ring::all_reduce(t, s, &Circle::whole(s), &mut flat, &blocks, dtype, op);
         let mut at = 0;
         for p in out[start..i].iter_mut() {
             p.copy_from_slice(&flat[at..at + p.len()]);

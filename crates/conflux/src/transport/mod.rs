@@ -147,6 +147,12 @@ pub struct Transport {
     /// Kept between calls for algorithms that stage a message in one buffer, so its pages
     /// are faulted in once, not every call.
     pub(crate) staging: Vec<u8>,
+    /// Where the ranks are, and the cost model's parameters: the same on every rank, so that
+    /// every rank picks the same algorithm.
+    pub(crate) topo: crate::algo::select::Topo,
+    pub(crate) model: crate::algo::select::Model,
+    /// (operation, log2 size class) pairs whose choice was logged already.
+    pub(crate) logged: std::collections::HashSet<(crate::algo::OpKind, u32)>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -168,6 +174,9 @@ impl Transport {
             posted: PostedQueue::default(),
             give_way: None,
             staging: Vec::new(),
+            topo: crate::algo::select::Topo::single(size, false),
+            model: crate::algo::select::Model::default(),
+            logged: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! torchrun's variables set by hand). It exits 0 only when every check passed; the tests use
 //! it, and it is a quick way to validate an installation.
 
+mod algos;
 mod fusion;
 mod groups;
 
@@ -491,6 +492,11 @@ fn main() -> ExitCode {
         }
         "mismatch" => return scenario_mismatch(comm),
         "groups" => groups::scenario_groups(comm),
+        "algos" | "algos-quick" => {
+            let must: Vec<conflux::Algo> =
+                args.get(1).map_or(vec![], |a| a.split(',').filter_map(conflux::Algo::parse).collect());
+            algos::scenario_algos(comm, scenario == "algos-quick", &must)
+        }
         "group-mismatch" => return groups::scenario_group_mismatch(comm),
         "fusion" => {
             // Bitwise agreement is promised where every rank reduces in rank order: the direct
@@ -506,7 +512,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, async, p2p, errors, kill [RANK [group]], mismatch, \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], mismatch, \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);

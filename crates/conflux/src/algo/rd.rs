@@ -1,0 +1,185 @@
+//! Recursive doubling and halving: log2 N steps, each with one partner at distance 1, 2, 4...
+//! (doubling) or N/2, N/4, ... (halving). Best for small messages, where the step count is
+//! the cost. Any world size through `fold.rs`.
+//!
+//! - all_reduce: every step exchanges the whole buffer with the partner and reduces it.
+//! - reduce_scatter: recursive halving; each step sends the half of the remaining blocks that
+//!   the partner keeps, and reduces the half this rank keeps.
+//! - all_gather: recursive doubling; each step sends every block gathered so far.
+//!
+//! `halving` and `doubling` also serve Rabenseifner's all_reduce.
+
+use std::ops::Range;
+
+use super::fold::{Fold, Role};
+use super::{split2, Step};
+use crate::dtype::{DataType, ReduceOp};
+use crate::transport::{LinkError, Sink, Transport, Xfer};
+
+fn span(vb: &[Range<usize>], group: Range<usize>) -> Range<usize> {
+    vb[group.start].start..vb[group.end - 1].end
+}
+
+/// Recursive halving among `vb.len()` (a power of two) virtual ranks: afterwards virtual rank
+/// `v` holds range `vb[v]` fully reduced. `rank_of` maps virtual ranks to transport ranks.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn halving(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    vb: &[Range<usize>],
+    v: usize,
+    rank_of: impl Fn(usize) -> usize,
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let (mut lo, mut hi) = (0, vb.len());
+    let mut mask = vb.len() / 2;
+    while mask > 0 {
+        let mid = lo + mask;
+        let (keep, give) = if v < mid { (lo..mid, mid..hi) } else { (mid..hi, lo..mid) };
+        let (out, into) = split2(buf, &span(vb, give), &span(vb, keep.clone()));
+        let peer = rank_of(v ^ mask);
+        t.exchange(
+            &mut [
+                Xfer::Send { peer, tag: s.tag, data: out },
+                Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf: into, dtype, op } },
+            ],
+            s.deadline,
+        )?;
+        (lo, hi) = (keep.start, keep.end);
+        mask /= 2;
+    }
+    Ok(())
+}
+
+/// Recursive doubling among `vb.len()` (a power of two) virtual ranks, starting with virtual
+/// rank `v` holding `vb[v]`: afterwards every one holds all of them.
+pub(crate) fn doubling(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    vb: &[Range<usize>],
+    v: usize,
+    rank_of: impl Fn(usize) -> usize,
+) -> Result<(), LinkError> {
+    let mut mask = 1;
+    while mask < vb.len() {
+        let mine = v & !(mask - 1);
+        let theirs = (v ^ mask) & !(mask - 1);
+        let (out, into) = split2(buf, &span(vb, mine..mine + mask), &span(vb, theirs..theirs + mask));
+        let peer = rank_of(v ^ mask);
+        t.exchange(
+            &mut [Xfer::Send { peer, tag: s.tag, data: out }, Xfer::Recv { peer, tag: s.tag, sink: Sink::Copy(into) }],
+            s.deadline,
+        )?;
+        mask *= 2;
+    }
+    Ok(())
+}
+
+/// Moves `data` one way between a folded pair.
+pub(crate) fn give(t: &mut Transport, s: &Step, peer: usize, data: &[u8]) -> Result<(), LinkError> {
+    t.exchange(&mut [Xfer::Send { peer, tag: s.tag, data }], s.deadline)
+}
+
+pub(crate) fn take(t: &mut Transport, s: &Step, peer: usize, sink: Sink<'_>) -> Result<(), LinkError> {
+    t.exchange(&mut [Xfer::Recv { peer, tag: s.tag, sink }], s.deadline)
+}
+
+pub(crate) fn all_reduce(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let f = Fold::new(s.size);
+    let (v, extra) = match f.role(s.rank) {
+        Role::Extra { active } => {
+            give(t, s, active, buf)?;
+            return take(t, s, active, Sink::Copy(buf));
+        }
+        Role::Active { v, extra } => (v, extra),
+    };
+    if let Some(e) = extra {
+        take(t, s, e, Sink::Reduce { buf, dtype, op })?;
+    }
+    // The partner's data reduces into `buf` while this rank's copy is on its way out.
+    let mut mine = std::mem::take(&mut t.staging);
+    let mut mask = 1;
+    let mut r = Ok(());
+    while mask < f.p && r.is_ok() {
+        mine.clear();
+        mine.extend_from_slice(buf);
+        let peer = f.rank_of(v ^ mask);
+        r = t.exchange(
+            &mut [
+                Xfer::Send { peer, tag: s.tag, data: &mine },
+                Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf, dtype, op } },
+            ],
+            s.deadline,
+        );
+        mask *= 2;
+    }
+    t.staging = mine;
+    r?;
+    if let Some(e) = extra {
+        give(t, s, e, buf)?;
+    }
+    Ok(())
+}
+
+/// `buf` holds one block per rank (`blocks`); afterwards this rank's block is fully reduced.
+pub(crate) fn reduce_scatter(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let f = Fold::new(s.size);
+    let (v, extra) = match f.role(s.rank) {
+        Role::Extra { active } => {
+            give(t, s, active, buf)?;
+            return take(t, s, active, Sink::Copy(&mut buf[blocks[s.rank].clone()]));
+        }
+        Role::Active { v, extra } => (v, extra),
+    };
+    if let Some(e) = extra {
+        take(t, s, e, Sink::Reduce { buf, dtype, op })?;
+    }
+    let vb: Vec<Range<usize>> = (0..f.p).map(|v| f.merged(blocks, v)).collect();
+    halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)?;
+    if let Some(e) = extra {
+        give(t, s, e, &buf[blocks[e].clone()])?;
+    }
+    Ok(())
+}
+
+/// `buf` holds one block per rank (`blocks`), this rank's in place; afterwards all of them.
+pub(crate) fn all_gather(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+) -> Result<(), LinkError> {
+    let f = Fold::new(s.size);
+    let (v, extra) = match f.role(s.rank) {
+        Role::Extra { active } => {
+            give(t, s, active, &buf[blocks[s.rank].clone()])?;
+            return take(t, s, active, Sink::Copy(buf));
+        }
+        Role::Active { v, extra } => (v, extra),
+    };
+    if let Some(e) = extra {
+        take(t, s, e, Sink::Copy(&mut buf[blocks[e].clone()]))?;
+    }
+    let vb: Vec<Range<usize>> = (0..f.p).map(|v| f.merged(blocks, v)).collect();
+    doubling(t, s, buf, &vb, v, |v| f.rank_of(v))?;
+    if let Some(e) = extra {
+        give(t, s, e, buf)?;
+    }
+    Ok(())
+}

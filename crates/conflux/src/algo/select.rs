@@ -1,0 +1,281 @@
+//! Which algorithm serves a call: the one forced (per call, per operation, or for all), or the
+//! one a cost model predicts to be fastest.
+//!
+//! # The model
+//! Hockney's, as NCCL's tuner uses: a step that moves `b` bytes over a link costs `α + b·β`,
+//! and reducing `b` bytes costs `b·γ`. Each algorithm's time is a sum of such terms over its
+//! critical path (`predict`). The parameters come per link class — shared memory and TCP —
+//! plus γ, the copy rate, and the shared segment's all-ranks sync (the direct algorithm):
+//!
+//! - Flat algorithms over a job that spans nodes pay TCP's α and β; when several ranks of a
+//!   node talk across nodes at once (every algorithm but the ring, whose nodes each have one
+//!   outgoing edge) they share the node's link, so β is multiplied by the ranks per node.
+//! - A host with more ranks than cores multiplies every α and sync by `oversub`: a step then
+//!   waits for a peer to be scheduled, not just for its data.
+//!
+//! Defaults were measured on the 2-core machine this project is built on; `conflux tune`
+//! measures them on another and writes a file that `CONFLUX_TUNE_FILE` points to. Every rank
+//! uses rank 0's parameters (published at creation), so all of them choose alike.
+
+use std::fmt::Write as _;
+
+use super::{Algo, OpKind};
+
+/// Where the ranks of a communicator are. Identical on every rank.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Topo {
+    pub size: usize,
+    /// The ranks of each node in rank order; nodes ordered by their lowest rank.
+    pub nodes: Vec<Vec<usize>>,
+    /// Every rank maps one shared segment, so the direct algorithm can serve.
+    pub one_segment: bool,
+    /// Ranks of one node talk over TCP too (CONFLUX_TRANSPORT=tcp).
+    pub local_tcp: bool,
+    /// Some node runs more ranks than it has cores.
+    pub oversubscribed: bool,
+}
+
+impl Topo {
+    /// One rank, or all on one host with shared memory: what a test without a job sees.
+    pub fn single(size: usize, one_segment: bool) -> Topo {
+        Topo { size, nodes: vec![(0..size).collect()], one_segment, local_tcp: false, oversubscribed: false }
+    }
+    /// Ranks per node, when every node has the same number.
+    pub fn uniform(&self) -> Option<usize> {
+        let l = self.nodes.first()?.len();
+        self.nodes.iter().all(|n| n.len() == l).then_some(l)
+    }
+    fn per_node(&self) -> usize {
+        self.nodes.iter().map(|n| n.len()).max().unwrap_or(1)
+    }
+}
+
+/// One link class: latency of a message and bandwidth of one stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkCost {
+    pub alpha_us: f64,
+    pub gbps: f64,
+}
+
+/// The cost model's parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Model {
+    pub shm: LinkCost,
+    pub tcp: LinkCost,
+    /// One all-ranks sync through the shared segment.
+    pub sync_us: f64,
+    /// Reduction throughput of one core (γ = 1 / this).
+    pub reduce_gbps: f64,
+    /// memcpy throughput of one core.
+    pub copy_gbps: f64,
+    /// Factor on every latency when a host runs more ranks than cores.
+    pub oversub: f64,
+}
+
+impl Default for Model {
+    fn default() -> Model {
+        Model {
+            shm: LinkCost { alpha_us: 1.0, gbps: 6.0 },
+            tcp: LinkCost { alpha_us: 20.0, gbps: 1.5 },
+            sync_us: 0.6,
+            reduce_gbps: 8.0,
+            copy_gbps: 12.0,
+            oversub: 4.0,
+        }
+    }
+}
+
+const KEYS: [&str; 8] =
+    ["shm_alpha_us", "shm_gbps", "tcp_alpha_us", "tcp_gbps", "sync_us", "reduce_gbps", "copy_gbps", "oversub"];
+
+impl Model {
+    fn fields(&mut self) -> [&mut f64; 8] {
+        [
+            &mut self.shm.alpha_us,
+            &mut self.shm.gbps,
+            &mut self.tcp.alpha_us,
+            &mut self.tcp.gbps,
+            &mut self.sync_us,
+            &mut self.reduce_gbps,
+            &mut self.copy_gbps,
+            &mut self.oversub,
+        ]
+    }
+
+    /// The tuning file's text: `key = value` lines, `#` comments.
+    pub fn to_text(&self) -> String {
+        let mut m = *self;
+        let mut out = String::new();
+        for (k, v) in KEYS.iter().zip(m.fields()) {
+            let _ = writeln!(out, "{k} = {v}");
+        }
+        out
+    }
+
+    /// Parses a tuning file; keys it does not give keep their defaults.
+    pub fn from_text(text: &str) -> Result<Model, String> {
+        let mut m = Model::default();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (k, v) = line.split_once('=').ok_or_else(|| format!("line {}: expected key = value", i + 1))?;
+            let v: f64 = v.trim().parse().map_err(|_| format!("line {}: {:?} is not a number", i + 1, v.trim()))?;
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("line {}: {} must be positive", i + 1, k.trim()));
+            }
+            let slot = KEYS.iter().position(|&x| x == k.trim()).ok_or_else(|| format!("unknown key {:?}", k.trim()))?;
+            *m.fields()[slot] = v;
+        }
+        Ok(m)
+    }
+}
+
+/// What about a call, besides its operation and size, decides what can serve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call {
+    pub op: OpKind,
+    /// all_reduce and broadcast/reduce: the buffer; all_gather: the whole output;
+    /// reduce_scatter: the whole input; all_to_all: one rank's send buffer.
+    pub bytes: usize,
+    /// all_to_all: every block has the same size (Bruck needs it).
+    pub even: bool,
+    /// all_reduce of several pieces (coalesced): only ring and direct take pieces.
+    pub pieces: bool,
+}
+
+/// Whether `algo` has a schedule for `op` at all.
+pub fn implements(algo: Algo, op: OpKind) -> bool {
+    use Algo::*;
+    use OpKind::*;
+    matches!(
+        (op, algo),
+        (AllReduce, Ring | Direct | Tree | Rd | Rabenseifner | Hier)
+            | (Broadcast, Tree | Chain | ScatterAllGather)
+            | (Reduce, Ring | Tree | Chain)
+            | (AllGather, Ring | Rd | Bruck)
+            | (ReduceScatter, Ring | Rd)
+            | (AllToAll, Pairwise | Bruck)
+    )
+}
+
+/// Whether `algo` can serve `call` on `topo`, and if not, why (the error of a forced choice).
+pub fn serves(algo: Algo, call: &Call, topo: &Topo) -> Result<(), String> {
+    use Algo::*;
+    use OpKind::*;
+    if !implements(algo, call.op) {
+        return Err(format!("{algo} does not implement {}", call.op));
+    }
+    match algo {
+        Direct if !topo.one_segment => Err("direct needs every rank on one host with shared memory".into()),
+        Hier if topo.nodes.len() < 2 => Err("hier needs a job that spans at least two nodes".into()),
+        Hier if topo.uniform().is_none() => Err("hier needs the same number of ranks on every node".into()),
+        Bruck if call.op == AllToAll && !call.even => Err("bruck all_to_all needs equal blocks".into()),
+        Tree | Rd | Rabenseifner | Hier if call.pieces => {
+            Err(format!("{algo} does not take a coalesced all_reduce (ring and direct do)"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn log2_ceil(n: usize) -> f64 {
+    (usize::BITS - (n.max(1) - 1).leading_zeros()) as f64
+}
+
+/// Predicted time in microseconds of `algo` serving `call` on `topo`; None if it cannot.
+pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
+    serves(algo, call, topo).ok()?;
+    let n = topo.size.max(1) as f64;
+    let b = call.bytes as f64 * 1e-3; // kB, so that b / GB/s is in microseconds
+    let ovs = if topo.oversubscribed { m.oversub } else { 1.0 };
+    let across = topo.nodes.len() > 1;
+    let flat = if across || topo.local_tcp { m.tcp } else { m.shm };
+    let a = flat.alpha_us * ovs;
+    let beta = 1.0 / flat.gbps;
+    // Algorithms other than the ring have all ranks of a node crossing nodes at once.
+    let shared = if across { topo.per_node() as f64 } else { 1.0 };
+    let g = 1.0 / m.reduce_gbps;
+    let cp = 1.0 / m.copy_gbps;
+    let logn = log2_ceil(topo.size);
+    let p = (1usize << (usize::BITS - 1 - topo.size.max(1).leading_zeros())) as f64;
+    let folded = if p < n { 1.0 } else { 0.0 };
+    let logp = p.log2();
+    let ring = |steps: f64, moved: f64, reduced: f64| steps * a + moved * b * beta + reduced * b * g;
+    use Algo::*;
+    use OpKind::*;
+    let t = match (call.op, algo) {
+        (AllReduce, Ring) => ring(2.0 * (n - 1.0), 2.0 * (n - 1.0) / n, (n - 1.0) / n),
+        (AllReduce, Rd) => (logp + 2.0 * folded) * a + (logp + 2.0 * folded) * b * (beta * shared + g + cp),
+        (AllReduce, Rabenseifner) => {
+            (2.0 * logp + 2.0 * folded) * a
+                + (2.0 * (p - 1.0) / p + 2.0 * folded) * b * beta * shared
+                + ((p - 1.0) / p + folded) * b * g
+        }
+        (AllReduce, Tree) => {
+            let chunks = (call.bytes as f64 / 2.0 / (64 << 10) as f64).ceil().max(1.0);
+            2.0 * (chunks + logn) * a + 2.0 * b * beta * shared + b * g
+        }
+        (AllReduce, Direct) => {
+            let sync = m.sync_us * ovs * if topo.oversubscribed { n / 2.0 } else { 1.0 };
+            if call.bytes as f64 / n <= (16 << 10) as f64 {
+                sync + b * cp + n * b * g
+            } else {
+                let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil();
+                2.0 * chunks * sync + 2.0 * b * cp + b * g
+            }
+        }
+        (AllReduce, Hier) => {
+            let l = topo.uniform()? as f64;
+            let nodes = topo.nodes.len() as f64;
+            let (sa, sb) = (m.shm.alpha_us * ovs, 1.0 / m.shm.gbps);
+            let (ta, tb) = (m.tcp.alpha_us * ovs, 1.0 / m.tcp.gbps);
+            let intra = 2.0 * ((l - 1.0) * sa + (l - 1.0) / l * b * sb) + (l - 1.0) / l * b * g;
+            let inter = 2.0 * (nodes - 1.0) * ta + 2.0 * (nodes - 1.0) / nodes * b * tb + b / l * g;
+            intra + inter
+        }
+        (Broadcast, Tree) => logn * (a + b * beta * shared),
+        (Broadcast, Chain) => {
+            let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
+            let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
+            (chunks + n - 2.0).max(1.0) * (a + chunk * beta)
+        }
+        (Broadcast, ScatterAllGather) => n * a + 2.0 * (n - 1.0) / n * b * beta * shared,
+        (Reduce, Tree) => logn * (a + b * (beta * shared + g)) + b * cp,
+        (Reduce, Chain) => {
+            let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
+            let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
+            (chunks + n - 2.0).max(1.0) * (a + chunk * (beta + g)) + b * cp
+        }
+        (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + b * cp,
+        (AllGather, Ring) => ring(n - 1.0, (n - 1.0) / n, 0.0),
+        (AllGather, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * beta * shared,
+        (AllGather, Bruck) => logn * a + (n - 1.0) / n * b * beta * shared + 2.0 * b * cp,
+        (ReduceScatter, Ring) => ring(n - 1.0, (n - 1.0) / n, (n - 1.0) / n),
+        (ReduceScatter, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * (beta * shared + g),
+        (AllToAll, Pairwise) => a * (1.0 + 0.3 * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
+        (AllToAll, Bruck) => logn * a + logn / 2.0 * b * beta * shared + (2.0 + logn) * b * cp,
+        _ => return None,
+    };
+    Some(t)
+}
+
+/// The algorithms that can serve `call` on `topo`, with their predicted times, fastest first.
+pub fn ranked(m: &Model, call: &Call, topo: &Topo) -> Vec<(Algo, f64)> {
+    let mut v: Vec<(Algo, f64)> = Algo::ALL.iter().filter_map(|&a| Some((a, predict(m, a, call, topo)?))).collect();
+    v.sort_by(|x, y| x.1.total_cmp(&y.1));
+    v
+}
+
+/// The algorithm for `call`: `forced` if given (an error if it cannot serve), else the
+/// model's fastest. Every call has at least one algorithm that serves it.
+pub fn choose(m: &Model, call: &Call, topo: &Topo, forced: Option<Algo>) -> Result<Algo, String> {
+    if let Some(a) = forced {
+        serves(a, call, topo).map_err(|why| format!("algorithm {a} cannot serve this {}: {why}", call.op))?;
+        return Ok(a);
+    }
+    ranked(m, call, topo).first().map(|x| x.0).ok_or_else(|| format!("no algorithm serves {}", call.op))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,93 @@
+use super::*;
+
+fn call(op: OpKind, bytes: usize) -> Call {
+    Call { op, bytes, even: true, pieces: false }
+}
+
+fn tcp_only(size: usize, per_node: usize) -> Topo {
+    let nodes = (0..size / per_node).map(|k| (k * per_node..(k + 1) * per_node).collect()).collect();
+    Topo { size, nodes, one_segment: false, local_tcp: false, oversubscribed: false }
+}
+
+/// Latency-bound links (large α, fast bytes): the log-step algorithms win small messages,
+/// the ring's 2(N-1) steps lose.
+#[test]
+fn small_messages_on_slow_latency_pick_log_step_algorithms() {
+    let m = Model { tcp: LinkCost { alpha_us: 50.0, gbps: 10.0 }, ..Model::default() };
+    let topo = tcp_only(8, 1);
+    assert_eq!(choose(&m, &call(OpKind::AllReduce, 8), &topo, None), Ok(Algo::Rd));
+    assert_eq!(choose(&m, &call(OpKind::AllGather, 64), &topo, None).map(|a| a != Algo::Ring), Ok(true));
+    assert_eq!(choose(&m, &call(OpKind::Broadcast, 8), &topo, None), Ok(Algo::Tree));
+    assert_eq!(choose(&m, &call(OpKind::AllToAll, 64), &tcp_only(32, 1), None), Ok(Algo::Bruck));
+}
+
+/// Bandwidth-bound (tiny α): large messages go to the algorithms that move the fewest bytes.
+#[test]
+fn large_messages_on_fast_latency_pick_bandwidth_optimal_algorithms() {
+    let m = Model { tcp: LinkCost { alpha_us: 0.01, gbps: 1.0 }, ..Model::default() };
+    let topo = tcp_only(8, 1);
+    let big = 64 << 20;
+    let ar = choose(&m, &call(OpKind::AllReduce, big), &topo, None).unwrap();
+    assert!(matches!(ar, Algo::Ring | Algo::Rabenseifner), "{ar}");
+    // At a power of two, recursive doubling moves as few bytes as the ring in fewer steps;
+    // elsewhere its fold costs a whole extra message.
+    assert_eq!(choose(&m, &call(OpKind::AllGather, big), &tcp_only(6, 1), None), Ok(Algo::Ring));
+    assert_eq!(choose(&m, &call(OpKind::Broadcast, big), &topo, None).map(|a| a != Algo::Tree), Ok(true));
+    assert_eq!(choose(&m, &call(OpKind::AllToAll, big), &topo, None), Ok(Algo::Pairwise));
+}
+
+#[test]
+fn two_nodes_with_slow_links_pick_hier_for_large_all_reduce() {
+    let m = Model { tcp: LinkCost { alpha_us: 30.0, gbps: 0.25 }, ..Model::default() };
+    let topo = tcp_only(4, 2);
+    assert_eq!(choose(&m, &call(OpKind::AllReduce, 16 << 20), &topo, None), Ok(Algo::Hier));
+}
+
+#[test]
+fn one_host_with_shared_memory_picks_direct_all_reduce() {
+    let topo = Topo::single(4, true);
+    for bytes in [8, 16 << 20] {
+        assert_eq!(choose(&Model::default(), &call(OpKind::AllReduce, bytes), &topo, None), Ok(Algo::Direct));
+    }
+}
+
+#[test]
+fn forcing_an_algorithm_that_cannot_serve_is_an_error_naming_why() {
+    let topo = Topo::single(4, false);
+    let m = Model::default();
+    let e = choose(&m, &call(OpKind::AllReduce, 8), &topo, Some(Algo::Direct)).unwrap_err();
+    assert!(e.contains("direct") && e.contains("one host"), "{e}");
+    let e = choose(&m, &call(OpKind::AllReduce, 8), &topo, Some(Algo::Hier)).unwrap_err();
+    assert!(e.contains("two nodes"), "{e}");
+    let e = choose(&m, &call(OpKind::Broadcast, 8), &topo, Some(Algo::Rd)).unwrap_err();
+    assert!(e.contains("does not implement broadcast"), "{e}");
+    let uneven = Call { even: false, ..call(OpKind::AllToAll, 8) };
+    assert!(choose(&m, &uneven, &topo, Some(Algo::Bruck)).is_err());
+    assert_eq!(choose(&m, &uneven, &topo, None), Ok(Algo::Pairwise));
+    let pieces = Call { pieces: true, ..call(OpKind::AllReduce, 8) };
+    assert_eq!(choose(&m, &pieces, &topo, None), Ok(Algo::Ring));
+    assert_eq!(choose(&m, &call(OpKind::AllReduce, 8), &topo, Some(Algo::Tree)), Ok(Algo::Tree));
+}
+
+#[test]
+fn every_operation_has_an_algorithm_on_every_topology() {
+    for size in 1..=9 {
+        for topo in [Topo::single(size, true), Topo::single(size, false), tcp_only(size, 1)] {
+            for op in OpKind::ALL {
+                for bytes in [0, 8, 1 << 20] {
+                    assert!(choose(&Model::default(), &call(op, bytes), &topo, None).is_ok(), "{op} {size}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tuning_files_round_trip_and_reject_nonsense() {
+    let m = Model { sync_us: 3.25, tcp: LinkCost { alpha_us: 17.0, gbps: 0.5 }, ..Model::default() };
+    assert_eq!(Model::from_text(&m.to_text()), Ok(m));
+    assert_eq!(Model::from_text("# only a comment\n\nsync_us = 2 # trailing\n").unwrap().sync_us, 2.0);
+    assert!(Model::from_text("sync_us = -1").is_err());
+    assert!(Model::from_text("speed = 3").is_err());
+    assert!(Model::from_text("sync_us 3").is_err());
+}
