@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo is required (rustup.rs)"; exit 1; }
+# As root (CI), the multi-host tests in network namespaces must run, not skip; their packet
+# loss needs nftables.
+if [ "$(id -u)" = 0 ]; then
+    export CONFLUX_REQUIRE_NETNS=1
+    command -v nft >/dev/null || { apt-get install -y -q nftables >/dev/null || { apt-get update -q && apt-get install -y -q nftables; }; }
+fi
 cargo build --workspace --release --locked
 cargo test --workspace --locked -- --test-threads=2
 bash scripts/py-env.sh

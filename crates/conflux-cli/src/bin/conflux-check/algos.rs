@@ -41,7 +41,7 @@ pub(crate) fn scenario_algos(comm: Communicator, quick: bool, must: &[Algo]) -> 
             }
         }
         if c.comm.rank() == 0 {
-            println!("algos: {algo}: {} checks passed, {refused} calls refused", c.passed);
+            println!("algos: {algo}: {} checks right, {refused} calls refused", c.passed);
         }
         if c.passed == 0 && (must.contains(&algo) || !matches!(algo, Algo::Direct | Algo::Hier)) {
             total.failed.push(format!("{algo} served nothing"));
