@@ -10,8 +10,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use conflux::config::parse_size;
-use conflux::{Communicator, Config, DataType, ReduceOp, TransportKind};
+use conflux::{Algo, Communicator, Config, DataType, OpKind, ReduceOp, TransportKind};
 
+mod compare;
 mod models;
 pub mod plot;
 mod step;
@@ -57,9 +58,20 @@ pub struct BenchArgs {
     /// auto, shm or tcp (CONFLUX_TRANSPORT).
     #[arg(long)]
     pub transport: Option<String>,
-    /// auto, ring or direct (CONFLUX_ALGO).
+    /// Algorithms to run side by side, e.g. `ring,tree,rabenseifner,auto`, or `all` (every
+    /// one that implements the operation, and auto). Unset: auto alone, as CONFLUX_ALGO says.
     #[arg(long)]
     pub algo: Option<String>,
+    /// After the tables, auto's busbw against the best forced algorithm's, size by size
+    /// (with --algo; auto is added to the list).
+    #[arg(long)]
+    pub report_auto: bool,
+    /// Also write every row to this CSV file.
+    #[arg(long)]
+    pub csv: Option<std::path::PathBuf>,
+    /// Draw busbw and time against size, one line per algorithm, into this SVG file.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
     /// One JSON object per line instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -87,9 +99,6 @@ pub fn main(args: BenchArgs) -> ExitCode {
     if let Some(t) = &args.transport {
         extra_env.push(("CONFLUX_TRANSPORT".to_string(), t.clone()));
     }
-    if let Some(a) = &args.algo {
-        extra_env.push(("CONFLUX_ALGO".to_string(), a.clone()));
-    }
     let spec = LaunchSpec {
         nproc_per_node: args.nproc,
         nnodes: 1,
@@ -110,8 +119,12 @@ pub fn main(args: BenchArgs) -> ExitCode {
     }
 }
 
-struct Row {
+pub(crate) struct Row {
     op: &'static str,
+    /// The algorithm forced for this row; None is auto.
+    forced: Option<Algo>,
+    /// The algorithm that served it (auto's choice, or the forced one).
+    chosen: Option<Algo>,
     bytes: usize,
     count: usize,
     dtype: DataType,
@@ -121,6 +134,17 @@ struct Row {
     algbw: f64,
     busbw: f64,
     wrong: u64,
+}
+
+impl Row {
+    /// `ring`, or for auto the algorithm it chose: `auto(rd)`.
+    fn label(&self) -> String {
+        match (self.forced, self.chosen) {
+            (Some(a), _) => a.name().to_string(),
+            (None, Some(c)) => format!("auto({c})"),
+            (None, None) => "auto".into(),
+        }
+    }
 }
 
 fn rank_main(args: &BenchArgs) -> ExitCode {
@@ -162,30 +186,56 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
     }
     let ops: Vec<&'static str> =
         if args.op == "all" { OPS.to_vec() } else { OPS.iter().copied().filter(|o| *o == args.op).collect() };
+    let mut algos = compare::parse(args.algo.as_deref())?;
+    if args.report_auto && !algos.contains(&None) {
+        algos.push(None);
+    }
+    let comparing = args.algo.is_some();
     let lead = comm.rank() == 0;
     if lead && !args.json {
         print_header(&comm, args, dtype);
     }
     let mut all_right = true;
+    let mut rows = Vec::new();
     for op in ops {
+        let mut list = compare::for_op(&algos, op);
         if lead && !args.json {
             println!("# {op}");
+            let algo = if comparing { format!(" {:>20}", "algo") } else { String::new() };
             println!(
-                "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>11} {:>9} {:>9} {:>7}",
+                "#{:>12} {:>12} {:>9} {:>6} {:>5}{algo} {:>11} {:>9} {:>9} {:>7}",
                 "size", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong"
             );
+            let blank = if comparing { format!(" {:>20}", "") } else { String::new() };
             println!(
-                "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>11} {:>9} {:>9} {:>7}",
+                "#{:>12} {:>12} {:>9} {:>6} {:>5}{blank} {:>11} {:>9} {:>9} {:>7}",
                 "(B)", "(elements)", "", "", "", "", "(GB/s)", "(GB/s)", ""
             );
         }
         let mut bytes = min.max(dtype.size());
         while bytes <= max {
-            let row =
-                with_dtype!(dtype, T => measure::<T>(&comm, op, bytes, redop, args)).map_err(|e| e.to_string())?;
-            all_right &= row.wrong == 0;
-            if lead {
-                print_row(&row, args);
+            let mut k = 0;
+            while k < list.len() {
+                let forced = list[k];
+                let h = comm.with_algo(forced);
+                match with_dtype!(dtype, T => measure::<T>(&comm, &h, op, bytes, redop, args)) {
+                    Ok(row) => {
+                        all_right &= row.wrong == 0;
+                        if lead {
+                            print_row(&row, args, comparing);
+                        }
+                        rows.push(row);
+                        k += 1;
+                    }
+                    // A forced algorithm that cannot serve this job (every rank refuses alike).
+                    Err(conflux::Error::InvalidArgument(why)) if forced.is_some() => {
+                        if lead && !args.json {
+                            println!("# skipped: {why}");
+                        }
+                        list.remove(k);
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
             }
             bytes = match bytes.checked_mul(args.factor as usize) {
                 Some(b) => b,
@@ -193,7 +243,33 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
             };
         }
     }
+    if lead {
+        write_outputs(&comm, args, dtype, &rows)?;
+    }
     Ok(all_right)
+}
+
+/// The report, CSV and plot that rank 0 writes after the tables.
+fn write_outputs(comm: &Communicator, args: &BenchArgs, dtype: DataType, rows: &[Row]) -> Result<(), String> {
+    if args.report_auto {
+        print!("{}", compare::report_auto(rows).0);
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, compare::csv(rows)).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        let title =
+            format!("conflux bench {}: {} ranks ({} per host), {dtype}", args.op, comm.size(), comm.local_size());
+        let subtitle = format!(
+            "transport {}, {} iterations per size; busbw as nccl-tests computes it",
+            std::env::var("CONFLUX_TRANSPORT").unwrap_or_else(|_| "auto".into()),
+            args.iters
+        );
+        let doc = compare::svg(rows, &title, &subtitle);
+        std::fs::write(path, doc).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("# plot written to {}", path.display());
+    }
+    Ok(())
 }
 
 /// Single-core memcpy of 64 MiB, the reference the table is read against.
@@ -229,24 +305,33 @@ fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
     println!("# reference: single-core memcpy of 64 MiB on this machine: {:.2} GB/s", memcpy_gbps());
 }
 
-fn print_row(r: &Row, args: &BenchArgs) {
+fn print_row(r: &Row, args: &BenchArgs, comparing: bool) {
     let redop = r.redop.map_or("none", |o| o.name());
     let root = r.root.map_or(-1, |x| x as i64);
     if args.json {
         println!(
-            "{{\"op\":\"{}\",\"size\":{},\"count\":{},\"type\":\"{}\",\"redop\":\"{redop}\",\"root\":{root},\"time_us\":{:.3},\"algbw\":{:.4},\"busbw\":{:.4},\"wrong\":{}}}",
-            r.op, r.bytes, r.count, r.dtype, r.us, r.algbw, r.busbw, r.wrong
+            "{{\"op\":\"{}\",\"algo\":\"{}\",\"size\":{},\"count\":{},\"type\":\"{}\",\"redop\":\"{redop}\",\"root\":{root},\"time_us\":{:.3},\"algbw\":{:.4},\"busbw\":{:.4},\"wrong\":{}}}",
+            r.op,
+            r.label(),
+            r.bytes,
+            r.count,
+            r.dtype,
+            r.us,
+            r.algbw,
+            r.busbw,
+            r.wrong
         );
     } else {
         let mut line = String::new();
         let _ = write!(
             line,
-            " {:>12} {:>12} {:>9} {:>6} {:>5} {:>11.2} {:>9.3} {:>9.3} {:>7}",
+            " {:>12} {:>12} {:>9} {:>6} {:>5}{} {:>11.2} {:>9.3} {:>9.3} {:>7}",
             r.bytes,
             r.count,
             r.dtype.name(),
             redop,
             root,
+            if comparing { format!(" {:>20}", r.label()) } else { String::new() },
             r.us,
             r.algbw,
             r.busbw,
@@ -258,8 +343,10 @@ fn print_row(r: &Row, args: &BenchArgs) {
 
 /// Runs one operation at one size: warm-up, timed iterations, then (with --check) a count of
 /// wrong elements summed over ranks. The time is the slowest rank's average.
+/// `h` runs the measured operation (with its algorithm forced or not); `comm` the bookkeeping.
 fn measure<T: Num>(
     comm: &Communicator,
+    h: &Communicator,
     op: &'static str,
     bytes: usize,
     redop: ReduceOp,
@@ -290,19 +377,19 @@ fn measure<T: Num>(
     let (right, left) = ((r + 1) % n, (r + n - 1) % n);
     let once = |recv: &mut Vec<T>| -> conflux::Result<()> {
         match op {
-            "all_reduce" => comm.all_reduce_into(&send, recv, redop),
-            "all_gather" => comm.all_gather(&send, recv),
-            "reduce_scatter" => comm.reduce_scatter(&send, recv, redop),
-            "broadcast" => comm.broadcast(recv, root),
-            "all_to_all" => comm.all_to_all(&send, recv),
-            "reduce" => comm.reduce_into(&send, recv, redop, root),
+            "all_reduce" => h.all_reduce_into(&send, recv, redop),
+            "all_gather" => h.all_gather(&send, recv),
+            "reduce_scatter" => h.reduce_scatter(&send, recv, redop),
+            "broadcast" => h.broadcast(recv, root),
+            "all_to_all" => h.all_to_all(&send, recv),
+            "reduce" => h.reduce_into(&send, recv, redop, root),
             "sendrecv" => {
                 if n == 1 {
                     recv.copy_from_slice(&send);
                     return Ok(());
                 }
-                let w = comm.send_async(send.clone(), right, 0);
-                comm.recv(recv, left, 0)?;
+                let w = h.send_async(send.clone(), right, 0);
+                h.recv(recv, left, 0)?;
                 w.wait().map(|_| ())
             }
             _ => unreachable!("checked in main"),
@@ -329,8 +416,11 @@ fn measure<T: Num>(
         _ => 1.0,
     };
     let reduces = matches!(op, "all_reduce" | "reduce_scatter" | "reduce");
+    let chosen = OpKind::parse(op).and_then(|k| h.algo_for(k, bytes).ok()).filter(|_| n > 1);
     Ok(Row {
         op,
+        forced: h.algo(),
+        chosen,
         bytes,
         count,
         dtype: T::DTYPE,

@@ -17,6 +17,7 @@ use super::bootstrap::{self, Meeting};
 use super::engine::Engine;
 use super::ops::Plan;
 use super::session::Session;
+use crate::algo::select::{Model, Topo};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::wait::Waiter;
@@ -66,6 +67,9 @@ pub(crate) struct Core {
     pub closed: Mutex<Option<String>>,
     /// Sub-groups made so far (the same count on every rank: making one is collective).
     pub groups: AtomicU64,
+    /// Where the ranks are and the cost model, as every lane's transport has them.
+    pub topo: Topo,
+    pub model: Model,
     /// The communicator the session was opened for; its shutdown says the process's goodbye.
     root: bool,
 }
@@ -85,6 +89,7 @@ impl Core {
         let high_busy = Arc::new(AtomicUsize::new(0));
         let mut lanes = Vec::new();
         let (mut local_rank, mut local_size) = (0, 1);
+        let (mut topo, mut model) = (Topo::single(size, false), Model::default());
         for lane in 0..2 {
             let (mut transport, local_ranks) = match &session.store {
                 None => {
@@ -108,6 +113,7 @@ impl Core {
                 transport.give_way = Some(high_busy.clone());
                 local_rank = local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
                 local_size = local_ranks.len();
+                (topo, model) = (transport.topo.clone(), transport.model);
             }
             let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
             let (engine, thread) = Engine::start(transport, world[rank], lane)?;
@@ -128,6 +134,8 @@ impl Core {
             abort,
             closed: Mutex::new(None),
             groups: AtomicU64::new(0),
+            topo,
+            model,
             root,
         })
     }

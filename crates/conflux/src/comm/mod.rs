@@ -18,7 +18,7 @@ pub use engine::Work;
 pub use fusion::Bucketer;
 
 use self::core::{Core, HighBusy, Lane};
-use crate::algo::Algo;
+use crate::algo::{select, Algo, OpKind};
 use crate::config::{env_usize, var, Config};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
@@ -139,6 +139,25 @@ impl Communicator {
     /// The algorithm this handle forces, if any.
     pub fn algo(&self) -> Option<Algo> {
         self.algo
+    }
+
+    /// The algorithm a call of `op` on `bytes` (as `select::Call` counts them) would use
+    /// through this handle, with equal blocks and one piece: the forced one if it can serve,
+    /// else the cost model's choice.
+    pub fn algo_for(&self, op: OpKind, bytes: usize) -> Result<Algo> {
+        let plan = Plan { call_algo: self.algo, ..self.lane().plan };
+        let call = select::Call { op, bytes, even: true, pieces: false };
+        select::choose(&self.core.model, &call, &self.core.topo, ops::forced(&plan, op)).map_err(invalid)
+    }
+
+    /// Where this communicator's ranks are, as its algorithm choice sees them.
+    pub fn topology(&self) -> &select::Topo {
+        &self.core.topo
+    }
+
+    /// The cost model's parameters this communicator uses (rank 0's, on every rank).
+    pub fn cost_model(&self) -> &select::Model {
+        &self.core.model
     }
 
     pub fn priority(&self) -> Priority {

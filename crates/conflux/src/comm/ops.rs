@@ -167,15 +167,21 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }
 
+/// The algorithm forced for `op`: this handle's, then the operation's, then the one for all
+/// if it implements this operation.
+pub(crate) fn forced(plan: &Plan, op: OpKind) -> Option<Algo> {
+    match (plan.call_algo, plan.algo.forced(op)) {
+        (Some(a), _) | (None, Some((a, true))) => Some(a),
+        (None, Some((a, false))) if select::implements(a, op) => Some(a),
+        _ => None,
+    }
+}
+
 /// The forced algorithm (this handle's, then the operation's, then the one for all if it
 /// implements this operation), or the cost model's choice; logged once per operation and
 /// size class at CONFLUX_DEBUG=info.
 fn pick(t: &mut Transport, plan: &Plan, call: &Call) -> std::result::Result<Algo, String> {
-    let forced = match (plan.call_algo, plan.algo.forced(call.op)) {
-        (Some(a), _) | (None, Some((a, true))) => Some(a),
-        (None, Some((a, false))) if select::implements(a, call.op) => Some(a),
-        _ => None,
-    };
+    let forced = forced(plan, call.op);
     let algo = select::choose(&t.model, call, &t.topo, forced)?;
     let class = usize::BITS - call.bytes.leading_zeros();
     if tracing::enabled!(tracing::Level::INFO) && t.logged.insert((call.op, class)) {
