@@ -75,7 +75,7 @@ pub struct Model {
 impl Default for Model {
     fn default() -> Model {
         Model {
-            shm: LinkCost { alpha_us: 1.0, gbps: 6.0 },
+            shm: LinkCost { alpha_us: 1.0, gbps: 4.0 },
             tcp: LinkCost { alpha_us: 20.0, gbps: 1.5 },
             sync_us: 0.6,
             reduce_gbps: 8.0,
@@ -133,7 +133,7 @@ impl Model {
 }
 
 /// What about a call, besides its operation and size, decides what can serve it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Call {
     pub op: OpKind,
     /// all_reduce and broadcast/reduce: the buffer; all_gather: the whole output;
@@ -202,6 +202,12 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let folded = if p < n { 1.0 } else { 0.0 };
     let logp = p.log2();
     let ring = |steps: f64, moved: f64, reduced: f64| steps * a + moved * b * beta + reduced * b * g;
+    // Measured (bench --algo all --report-auto, 4 ranks on one host): recursive doubling's and
+    // halving's few large messages stream less well than the ring's many small ones, and
+    // scatter + all-gather pays the ring's copies twice over; the trees' rooted operations
+    // overlap their levels.
+    let rd_bw = 1.3;
+    let sag_bw = 1.5;
     use Algo::*;
     use OpKind::*;
     let t = match (call.op, algo) {
@@ -222,7 +228,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
                 sync + b * cp + n * b * g
             } else {
                 let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil();
-                2.0 * chunks * sync + 2.0 * b * cp + b * g
+                2.0 * chunks * sync + b * cp + b * g
             }
         }
         (AllReduce, Hier) => {
@@ -240,16 +246,16 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
             (chunks + n - 2.0).max(1.0) * (a + chunk * beta)
         }
-        (Broadcast, ScatterAllGather) => n * a + 2.0 * (n - 1.0) / n * b * beta * shared,
-        (Reduce, Tree) => logn * (a + b * (beta * shared + g)) + b * cp,
+        (Broadcast, ScatterAllGather) => (2.0 * n - 1.0) * a + sag_bw * 2.0 * (n - 1.0) / n * b * beta * shared,
+        (Reduce, Tree) => logn * a + b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp,
         (Reduce, Chain) => {
             let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
             let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
             (chunks + n - 2.0).max(1.0) * (a + chunk * (beta + g)) + b * cp
         }
-        (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + b * cp,
+        (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + 0.5 * b * beta + b * cp,
         (AllGather, Ring) => ring(n - 1.0, (n - 1.0) / n, 0.0),
-        (AllGather, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * beta * shared,
+        (AllGather, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * rd_bw * b * beta * shared,
         (AllGather, Bruck) => logn * a + (n - 1.0) / n * b * beta * shared + 2.0 * b * cp,
         (ReduceScatter, Ring) => ring(n - 1.0, (n - 1.0) / n, (n - 1.0) / n),
         (ReduceScatter, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * (beta * shared + g),

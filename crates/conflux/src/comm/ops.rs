@@ -182,7 +182,14 @@ pub(crate) fn forced(plan: &Plan, op: OpKind) -> Option<Algo> {
 /// size class at CONFLUX_DEBUG=info.
 fn pick(t: &mut Transport, plan: &Plan, call: &Call) -> std::result::Result<Algo, String> {
     let forced = forced(plan, call.op);
+    if let Some(&a) = t.chosen.get(&(*call, forced)) {
+        return Ok(a);
+    }
     let algo = select::choose(&t.model, call, &t.topo, forced)?;
+    if t.chosen.len() >= 4096 {
+        t.chosen.clear();
+    }
+    t.chosen.insert((*call, forced), algo);
     let class = usize::BITS - call.bytes.leading_zeros();
     if tracing::enabled!(tracing::Level::INFO) && t.logged.insert((call.op, class)) {
         let ranked = select::ranked(&t.model, call, &t.topo);

@@ -153,6 +153,10 @@ pub struct Transport {
     pub(crate) model: crate::algo::select::Model,
     /// (operation, log2 size class) pairs whose choice was logged already.
     pub(crate) logged: std::collections::HashSet<(crate::algo::OpKind, u32)>,
+    /// Choices made so far, by call and forced algorithm: ranking every algorithm costs more
+    /// than a small all_reduce on shared memory.
+    pub(crate) chosen:
+        std::collections::HashMap<(crate::algo::select::Call, Option<crate::algo::Algo>), crate::algo::Algo>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -177,6 +181,7 @@ impl Transport {
             topo: crate::algo::select::Topo::single(size, false),
             model: crate::algo::select::Model::default(),
             logged: Default::default(),
+            chosen: Default::default(),
         }
     }
 
