@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use conflux::{with_dtype, Buffer, CommBuilder, Communicator, Config, Priority, ReduceOp};
+use conflux::{with_dtype, Algo, Buffer, CommBuilder, Communicator, Config, Priority, ReduceOp};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -101,6 +101,22 @@ impl Comm {
     fn with_priority(&self, high: bool) -> Comm {
         let p = if high { Priority::High } else { Priority::Normal };
         Comm { inner: self.inner.with_priority(p) }
+    }
+
+    /// A handle whose collectives use the algorithm named (None: the usual choice).
+    #[pyo3(signature = (name=None))]
+    fn with_algo(&self, name: Option<&str>) -> PyResult<Comm> {
+        let algo = match name {
+            None => None,
+            Some(n) => Some(Algo::parse(n).ok_or_else(|| {
+                let names: Vec<&str> = Algo::ALL.iter().map(|a| a.name()).collect();
+                py_err(conflux::Error::InvalidArgument(format!(
+                    "unknown algorithm {n:?} (one of {})",
+                    names.join(", ")
+                )))
+            })?),
+        };
+        Ok(Comm { inner: self.inner.with_algo(algo) })
     }
 
     /// Collective over this communicator: `ranks[i]` becomes rank i; None for non-members.

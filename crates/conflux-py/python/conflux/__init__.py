@@ -60,27 +60,36 @@ class Communicator:
             return None
         return call(*args, _b.Keep(*keep, then=then))
 
-    def all_reduce(self, buf, op="sum", async_op=False):
-        b = _b.describe(buf)
-        return self._issue(self._c.all_reduce, (b.triple(), _op(op, b.dtype)), async_op, b)
+    def _algo(self, algorithm):
+        """The native handle for a call: `algorithm` (e.g. "ring", "tree", "rd") forces one,
+        as CONFLUX_ALGO does for all calls; a call it cannot serve raises InvalidArgument."""
+        return self._c if algorithm is None else self._c.with_algo(algorithm)
 
-    def broadcast(self, buf, root=0, async_op=False):
-        b = _b.describe(buf)
-        return self._issue(self._c.broadcast, (b.triple(), root), async_op, b)
+    def with_algo(self, algorithm):
+        """A handle on this communicator whose collectives use `algorithm` (None: auto)."""
+        return Communicator(self._c.with_algo(algorithm))
 
-    def reduce(self, buf, root=0, op="sum", async_op=False):
+    def all_reduce(self, buf, op="sum", async_op=False, algorithm=None):
+        b = _b.describe(buf)
+        return self._issue(self._algo(algorithm).all_reduce, (b.triple(), _op(op, b.dtype)), async_op, b)
+
+    def broadcast(self, buf, root=0, async_op=False, algorithm=None):
+        b = _b.describe(buf)
+        return self._issue(self._algo(algorithm).broadcast, (b.triple(), root), async_op, b)
+
+    def reduce(self, buf, root=0, op="sum", async_op=False, algorithm=None):
         """In place: the root's `buf` gets the reduction; the others' stay unchanged."""
         b = _b.describe(buf)
-        return self._issue(self._c.reduce, (b.triple(), _op(op, b.dtype), root), async_op, b)
+        return self._issue(self._algo(algorithm).reduce, (b.triple(), _op(op, b.dtype), root), async_op, b)
 
-    def all_gather(self, send, recv, async_op=False):
+    def all_gather(self, send, recv, async_op=False, algorithm=None):
         """`recv` (size x len(send) elements) gets every rank's `send`, in rank order."""
         s, r = _b.describe(send, writable=False), _b.describe(recv)
         self._same(s, r, r.count == s.count * self.size, "all_gather: recv must hold size x send")
         _b.copy(r, self.rank * s.count, s, 0, s.count)
-        return self._issue(self._c.all_gather, (r.triple(),), async_op, r)
+        return self._issue(self._algo(algorithm).all_gather, (r.triple(),), async_op, r)
 
-    def reduce_scatter(self, send, recv, op="sum", async_op=False):
+    def reduce_scatter(self, send, recv, op="sum", async_op=False, algorithm=None):
         """`recv` gets block `rank` of the reduction of every rank's `send` (size x len(recv))."""
         s, r = _b.describe(send, writable=False), _b.describe(recv)
         self._same(s, r, s.count == r.count * self.size, "reduce_scatter: send must hold size x recv")
@@ -88,9 +97,10 @@ class Communicator:
         _b.copy(tmp, 0, s, 0, s.count)
         def then():
             _b.copy(r, 0, tmp, self.rank * r.count, r.count)
-        return self._issue(self._c.reduce_scatter, (tmp.triple(), _op(op, s.dtype)), async_op, tmp, r, then=then)
+        call = self._algo(algorithm).reduce_scatter
+        return self._issue(call, (tmp.triple(), _op(op, s.dtype)), async_op, tmp, r, then=then)
 
-    def all_to_all(self, send, recv, send_counts=None, recv_counts=None, async_op=False):
+    def all_to_all(self, send, recv, send_counts=None, recv_counts=None, async_op=False, algorithm=None):
         """Block p of `send` goes to rank p; counts (elements per rank) default to equal blocks."""
         s, r = _b.describe(send, writable=False), _b.describe(recv)
         self._same(s, r, True, "")
@@ -103,7 +113,7 @@ class Communicator:
         send_counts = equal(s, "send") if send_counts is None else send_counts
         recv_counts = equal(r, "recv") if recv_counts is None else recv_counts
         args = (s.triple(), list(send_counts), r.triple(), list(recv_counts))
-        return self._issue(self._c.all_to_all_v, args, async_op, s, r)
+        return self._issue(self._algo(algorithm).all_to_all_v, args, async_op, s, r)
 
     def send(self, buf, peer, tag=0, async_op=False):
         b = _b.describe(buf, writable=False)

@@ -128,8 +128,18 @@ def main():
     check("split", t, np.array([sum(r for r in range(n) if r % 2 == rank % 2)], np.int64))
     check("split order by key", np.array(sub.world_ranks), np.array(sorted((r for r in range(n) if r % 2 == rank % 2), reverse=True)))
     sub.shutdown()
+    # Algorithms forced per call give the same answer as auto.
+    for algo in ["ring", "tree", "rd", "rabenseifner"]:
+        t = np.arange(5 * n + 3, dtype=np.float64) + rank
+        c.all_reduce(t, algorithm=algo)
+        check(f"all_reduce algorithm={algo}", t, n * np.arange(5 * n + 3, dtype=np.float64) + n * (n - 1) / 2)
+    t = np.full(7, rank, np.int32)
+    c.with_algo("chain").broadcast(t, root=n - 1)
+    check("broadcast with_algo(chain)", t, np.full(7, n - 1, np.int32))
     # Bad input is a typed error, and the communicator goes on working.
     for what, call in [
+        ("algorithm that lacks the operation", lambda: c.all_reduce(np.ones(3, np.float32), algorithm="chain")),
+        ("unknown algorithm", lambda: c.all_reduce(np.ones(3, np.float32), algorithm="warp")),
         ("wrong length", lambda: c.all_gather(np.ones(3, np.float32), np.ones(3 * n + 1, np.float32))),
         ("root out of range", lambda: c.broadcast(np.ones(3, np.float32), root=n)),
         ("bitwise op on floats", lambda: c.all_reduce(np.ones(3, np.float32), op="band")),
