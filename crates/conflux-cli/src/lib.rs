@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod launch;
 pub mod run;
+pub mod tune;
 pub mod verify;
 
 /// Logs to stderr at the level `CONFLUX_DEBUG` names (error, warn, info, debug, trace; the

@@ -1,7 +1,8 @@
-//! The `conflux` command: `run` starts a job's ranks, `bench` measures collectives.
+//! The `conflux` command: `run` starts a job's ranks, `bench` measures collectives,
+//! `tune` fits the cost model to this machine.
 
 use clap::{Parser, Subcommand};
-use conflux_cli::{bench, run};
+use conflux_cli::{bench, run, tune};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -17,6 +18,8 @@ enum Cmd {
     Run(run::RunArgs),
     /// nccl-tests-style bandwidth and latency tables for one collective or all of them.
     Bench(bench::BenchArgs),
+    /// Measure the cost model's parameters on this machine and write the tuning file.
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -24,5 +27,6 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Run(a) => run::main(a),
         Cmd::Bench(a) => bench::main(a),
+        Cmd::Tune(a) => tune::main(a),
     }
 }
