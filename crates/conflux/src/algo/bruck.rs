@@ -127,6 +127,7 @@ mod tests {
     /// Simulates the all_to_all's block movement (no sockets): every block must end where it
     /// belongs.
     #[test]
+    #[allow(clippy::needless_range_loop)] // ranks and indices are the schedule's own terms
     fn all_to_all_schedule_delivers_every_block() {
         for n in 1..=13 {
             // tmp[r][i] = (origin, destination) of the block rank r holds at index i.
@@ -136,10 +137,10 @@ mod tests {
             while d < n {
                 let sent: Vec<Vec<(usize, usize)>> =
                     (0..n).map(|r| (0..n).filter(|i| i & d != 0).map(|i| tmp[r][i]).collect()).collect();
-                for r in 0..n {
+                for (r, row) in tmp.iter_mut().enumerate() {
                     let from = (r + n - d) % n;
                     for (k, i) in (0..n).filter(|i| i & d != 0).enumerate() {
-                        tmp[r][i] = sent[from][k];
+                        row[i] = sent[from][k];
                     }
                 }
                 d *= 2;

@@ -54,11 +54,10 @@ pub(crate) fn binary(n: usize, rank: usize) -> Node {
 /// This rank's place in the two trees of the double binary tree.
 pub(crate) fn double(n: usize, rank: usize) -> [Node; 2] {
     let first = binary(n, rank);
-    let (to, from): (Box<dyn Fn(usize) -> usize>, Box<dyn Fn(usize) -> usize>) = if n % 2 == 0 {
-        (Box::new(move |r| (r + n - 1) % n), Box::new(move |r| (r + 1) % n))
-    } else {
-        (Box::new(move |r| n - 1 - r), Box::new(move |r| n - 1 - r))
-    };
+    // Into the first tree's numbering (shift back by one, or mirror) and out of it.
+    let even = n.is_multiple_of(2);
+    let to = |r: usize| if even { (r + n - 1) % n } else { n - 1 - r };
+    let from = |r: usize| if even { (r + 1) % n } else { n - 1 - r };
     let t = binary(n, to(rank));
     let second = Node { parent: t.parent.map(&from), children: t.children.into_iter().map(&from).collect() };
     [first, second]
@@ -285,6 +284,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::needless_range_loop)] // ranks and indices are the schedule's own terms
     fn the_trees_are_shallow_and_their_leaves_differ() {
         for n in [4usize, 7, 8, 9, 16, 31, 64] {
             let both: Vec<[Node; 2]> = (0..n).map(|r| double(n, r)).collect();
