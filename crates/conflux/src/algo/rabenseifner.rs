@@ -4,11 +4,10 @@
 //! ring (few bytes, many steps), for medium messages. A world that is not a power of two pays
 //! one whole-buffer step before and after, for the folded pairs.
 
-use super::fold::{Fold, Role};
-use super::rd::{doubling, give, halving, take};
+use super::rd::{doubling, folded, halving};
 use super::{even_blocks, Step};
 use crate::dtype::{DataType, ReduceOp};
-use crate::transport::{LinkError, Sink, Transport};
+use crate::transport::{LinkError, Transport};
 
 pub(crate) fn all_reduce(
     t: &mut Transport,
@@ -17,22 +16,18 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let f = Fold::new(s.size);
-    let (v, extra) = match f.role(s.rank) {
-        Role::Extra { active } => {
-            give(t, s, active, buf)?;
-            return take(t, s, active, Sink::Copy(buf));
-        }
-        Role::Active { v, extra } => (v, extra),
-    };
-    if let Some(e) = extra {
-        take(t, s, e, Sink::Reduce { buf, dtype, op })?;
-    }
-    let vb = even_blocks(buf.len() / dtype.size(), f.p, dtype.size());
-    halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)?;
-    doubling(t, s, buf, &vb, v, |v| f.rank_of(v))?;
-    if let Some(e) = extra {
-        give(t, s, e, buf)?;
-    }
-    Ok(())
+    let all = 0..buf.len();
+    folded(
+        t,
+        s,
+        buf,
+        |_| all.clone(),
+        |_| all.clone(),
+        Some((dtype, op)),
+        |t, buf, v, f| {
+            let vb = even_blocks(buf.len() / dtype.size(), f.p, dtype.size());
+            halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)?;
+            doubling(t, s, buf, &vb, v, |v| f.rank_of(v))
+        },
+    )
 }

@@ -79,12 +79,48 @@ pub(crate) fn doubling(
 }
 
 /// Moves `data` one way between a folded pair.
-pub(crate) fn give(t: &mut Transport, s: &Step, peer: usize, data: &[u8]) -> Result<(), LinkError> {
+fn give(t: &mut Transport, s: &Step, peer: usize, data: &[u8]) -> Result<(), LinkError> {
     t.exchange(&mut [Xfer::Send { peer, tag: s.tag, data }], s.deadline)
 }
 
-pub(crate) fn take(t: &mut Transport, s: &Step, peer: usize, sink: Sink<'_>) -> Result<(), LinkError> {
+fn take(t: &mut Transport, s: &Step, peer: usize, sink: Sink<'_>) -> Result<(), LinkError> {
     t.exchange(&mut [Xfer::Recv { peer, tag: s.tag, sink }], s.deadline)
+}
+
+/// Runs `body` among the active ranks of `fold.rs` as virtual rank v, with the folded pairs
+/// joined around it: an extra rank hands `buf[sent(extra)]` to its partner (which reduces it
+/// into its own, with `combine`, or copies it) and takes back `buf[returned(extra)]`.
+pub(crate) fn folded(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    sent: impl Fn(usize) -> Range<usize>,
+    returned: impl Fn(usize) -> Range<usize>,
+    combine: Option<(DataType, ReduceOp)>,
+    body: impl FnOnce(&mut Transport, &mut [u8], usize, &Fold) -> Result<(), LinkError>,
+) -> Result<(), LinkError> {
+    let f = Fold::new(s.size);
+    match f.role(s.rank) {
+        Role::Extra { active } => {
+            give(t, s, active, &buf[sent(s.rank)])?;
+            take(t, s, active, Sink::Copy(&mut buf[returned(s.rank)]))
+        }
+        Role::Active { v, extra } => {
+            if let Some(e) = extra {
+                let into = &mut buf[sent(e)];
+                let sink = match combine {
+                    Some((dtype, op)) => Sink::Reduce { buf: into, dtype, op },
+                    None => Sink::Copy(into),
+                };
+                take(t, s, e, sink)?;
+            }
+            body(t, buf, v, &f)?;
+            match extra {
+                Some(e) => give(t, s, e, &buf[returned(e)]),
+                None => Ok(()),
+            }
+        }
+    }
 }
 
 pub(crate) fn all_reduce(
@@ -94,40 +130,36 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let f = Fold::new(s.size);
-    let (v, extra) = match f.role(s.rank) {
-        Role::Extra { active } => {
-            give(t, s, active, buf)?;
-            return take(t, s, active, Sink::Copy(buf));
-        }
-        Role::Active { v, extra } => (v, extra),
-    };
-    if let Some(e) = extra {
-        take(t, s, e, Sink::Reduce { buf, dtype, op })?;
-    }
-    // The partner's data reduces into `buf` while this rank's copy is on its way out.
-    let mut mine = std::mem::take(&mut t.staging);
-    let mut mask = 1;
-    let mut r = Ok(());
-    while mask < f.p && r.is_ok() {
-        mine.clear();
-        mine.extend_from_slice(buf);
-        let peer = f.rank_of(v ^ mask);
-        r = t.exchange(
-            &mut [
-                Xfer::Send { peer, tag: s.tag, data: &mine },
-                Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf, dtype, op } },
-            ],
-            s.deadline,
-        );
-        mask *= 2;
-    }
-    t.staging = mine;
-    r?;
-    if let Some(e) = extra {
-        give(t, s, e, buf)?;
-    }
-    Ok(())
+    let all = 0..buf.len();
+    folded(
+        t,
+        s,
+        buf,
+        |_| all.clone(),
+        |_| all.clone(),
+        Some((dtype, op)),
+        |t, buf, v, f| {
+            // The partner's data reduces into `buf` while this rank's copy is on its way out.
+            let mut mine = std::mem::take(&mut t.staging);
+            let mut mask = 1;
+            let mut r = Ok(());
+            while mask < f.p && r.is_ok() {
+                mine.clear();
+                mine.extend_from_slice(buf);
+                let peer = f.rank_of(v ^ mask);
+                r = t.exchange(
+                    &mut [
+                        Xfer::Send { peer, tag: s.tag, data: &mine },
+                        Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf, dtype, op } },
+                    ],
+                    s.deadline,
+                );
+                mask *= 2;
+            }
+            t.staging = mine;
+            r
+        },
+    )
 }
 
 /// `buf` holds one block per rank (`blocks`); afterwards this rank's block is fully reduced.
@@ -139,23 +171,19 @@ pub(crate) fn reduce_scatter(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let f = Fold::new(s.size);
-    let (v, extra) = match f.role(s.rank) {
-        Role::Extra { active } => {
-            give(t, s, active, buf)?;
-            return take(t, s, active, Sink::Copy(&mut buf[blocks[s.rank].clone()]));
-        }
-        Role::Active { v, extra } => (v, extra),
-    };
-    if let Some(e) = extra {
-        take(t, s, e, Sink::Reduce { buf, dtype, op })?;
-    }
-    let vb: Vec<Range<usize>> = (0..f.p).map(|v| f.merged(blocks, v)).collect();
-    halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)?;
-    if let Some(e) = extra {
-        give(t, s, e, &buf[blocks[e].clone()])?;
-    }
-    Ok(())
+    let all = 0..buf.len();
+    folded(
+        t,
+        s,
+        buf,
+        |_| all.clone(),
+        |e| blocks[e].clone(),
+        Some((dtype, op)),
+        |t, buf, v, f| {
+            let vb: Vec<Range<usize>> = (0..f.p).map(|v| f.merged(blocks, v)).collect();
+            halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)
+        },
+    )
 }
 
 /// `buf` holds one block per rank (`blocks`), this rank's in place; afterwards all of them.
@@ -165,21 +193,17 @@ pub(crate) fn all_gather(
     buf: &mut [u8],
     blocks: &[Range<usize>],
 ) -> Result<(), LinkError> {
-    let f = Fold::new(s.size);
-    let (v, extra) = match f.role(s.rank) {
-        Role::Extra { active } => {
-            give(t, s, active, &buf[blocks[s.rank].clone()])?;
-            return take(t, s, active, Sink::Copy(buf));
-        }
-        Role::Active { v, extra } => (v, extra),
-    };
-    if let Some(e) = extra {
-        take(t, s, e, Sink::Copy(&mut buf[blocks[e].clone()]))?;
-    }
-    let vb: Vec<Range<usize>> = (0..f.p).map(|v| f.merged(blocks, v)).collect();
-    doubling(t, s, buf, &vb, v, |v| f.rank_of(v))?;
-    if let Some(e) = extra {
-        give(t, s, e, buf)?;
-    }
-    Ok(())
+    let all = 0..buf.len();
+    folded(
+        t,
+        s,
+        buf,
+        |e| blocks[e].clone(),
+        |_| all.clone(),
+        None,
+        |t, buf, v, f| {
+            let vb: Vec<Range<usize>> = (0..f.p).map(|v| f.merged(blocks, v)).collect();
+            doubling(t, s, buf, &vb, v, |v| f.rank_of(v))
+        },
+    )
 }
