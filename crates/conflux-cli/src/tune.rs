@@ -5,7 +5,7 @@
 //!
 //! - α and GB/s of a link: ping-pong between rank 0 and one peer (the other ranks wait at a
 //!   barrier). α = half the median round trip of 8 bytes (2000, after 200 of warm-up);
-//!   GB/s = 4 MiB / (half the median of 50 round trips − α), the step cost `α + b·β` solved
+//!   GB/s = 32 MiB / (half the median of 50 round trips − α), the step cost `α + b·β` solved
 //!   for β. shm: rank 0's first peer on its host (none: the defaults stay). tcp: a rank on
 //!   another node if the job spans nodes; else a second communicator forced to TCP (loopback).
 //! - oversub: the default unless the host runs more ranks than cores; then the median 8-byte
@@ -13,7 +13,7 @@
 //! - sync_us: the median 8-byte direct all_reduce less the model's copy and reduce terms,
 //!   divided by the factor the model puts on sync when oversubscribed (oversub × N/2), so that
 //!   `predict(Direct, 8 B)` equals the measurement. Needs one shared segment; else the default.
-//! - reduce_gbps: one core's f32 sum (`reduce_into`) of 4 MiB; copy_gbps: memcpy of 64 MiB;
+//! - reduce_gbps: one core's f32 sum (`reduce_into`) of 32 MiB; copy_gbps: memcpy of 632 MiB;
 //!   on rank 0 once the communicators are gone, so no other rank competes for the cores.
 
 use std::hint::black_box;
@@ -40,7 +40,8 @@ pub struct TuneArgs {
 }
 
 const TAG: u32 = 0x7475_6e65;
-const BIG: usize = 4 << 20;
+/// Larger than this machine's 32 MiB L3 with its echo, so bandwidths are what large messages see, not cache.
+const BIG: usize = 32 << 20;
 
 pub fn main(args: TuneArgs) -> ExitCode {
     let Some(kind) = TransportKind::parse(&args.transport) else {
@@ -86,7 +87,7 @@ fn run_rank(args: &TuneArgs, kind: TransportKind) -> Result<(), String> {
     // sync_us, whose fit subtracts the copy and reduce terms.
     (m.reduce_gbps, m.copy_gbps) = local_gbps();
     let (r, c) = (m.reduce_gbps, m.copy_gbps);
-    lines.insert(0, format!("measured: f32 sum of 4 MiB {r:.2} GB/s, memcpy of 64 MiB {c:.2} GB/s"));
+    lines.insert(0, format!("measured: f32 sum of 32 MiB {r:.2} GB/s, memcpy of 632 MiB {c:.2} GB/s"));
     if let Some(t) = direct {
         m.sync_us = fit_sync(t, 8, topo.size as f64, &m, topo.oversubscribed);
     }
@@ -116,7 +117,7 @@ fn measure(kind: TransportKind) -> Result<Option<Measured>, String> {
                 let rtt = ping_pong(&comm, p)?;
                 if let Some((r8, rb)) = rtt {
                     m.shm = fit_link(r8, rb, BIG);
-                    lines.push(format!("measured: shm ranks 0-{p}: round trip 8 B {r8:.2} us, 4 MiB {rb:.1} us"));
+                    lines.push(format!("measured: shm ranks 0-{p}: round trip 8 B {r8:.2} us, 32 MiB {rb:.1} us"));
                 }
                 shm_measured = true;
             }
@@ -167,7 +168,7 @@ fn measure(kind: TransportKind) -> Result<Option<Measured>, String> {
         if let Some((r8, rb)) = r {
             m.tcp = fit_link(r8, rb, BIG);
             let p = remote.unwrap_or(1);
-            lines.push(format!("measured: tcp ranks 0-{p}{tag}: round trip 8 B {r8:.2} us, 4 MiB {rb:.1} us"));
+            lines.push(format!("measured: tcp ranks 0-{p}{tag}: round trip 8 B {r8:.2} us, 32 MiB {rb:.1} us"));
         }
     }
     Ok(lead.then_some((m, lines, topo, direct)))
@@ -201,7 +202,7 @@ fn write_file(args: &TuneArgs, m: &Model, topo: &Topo, lines: &[String]) -> Resu
     Ok(())
 }
 
-/// Rank 0's median round trips (µs) with `peer` of 8 bytes and of 4 MiB; the peer echoes, the
+/// Rank 0's median round trips (µs) with `peer` of 8 bytes and of 32 MiB; the peer echoes, the
 /// other ranks wait at the barrier. Some on rank 0 only.
 fn ping_pong(comm: &Communicator, peer: usize) -> Result<Option<(f64, f64)>, String> {
     let me = comm.rank();
@@ -247,7 +248,7 @@ fn median_us(warm: usize, n: usize, mut f: impl FnMut() -> Result<(), String>) -
     Ok(median(&mut t))
 }
 
-/// One core's f32 sum of 4 MiB into 4 MiB, and memcpy of 64 MiB, in GB/s (= kB/µs).
+/// One core's f32 sum of 32 MiB into 32 MiB, and memcpy of 632 MiB, in GB/s (= kB/µs).
 fn local_gbps() -> (f64, f64) {
     let src: Vec<u8> = (0..BIG / 4).flat_map(|_| 1.0f32.to_ne_bytes()).collect();
     let mut dst = vec![0u8; BIG];
@@ -322,7 +323,7 @@ mod tests {
 
     #[test]
     fn link_fit_inverts_the_step_cost() {
-        let l = fit_link(2.0, 2.0 * (1.0 + 4194.304 / 4.0), BIG);
+        let l = fit_link(2.0, 2.0 * (1.0 + 33554.432 / 4.0), BIG);
         assert!((l.alpha_us - 1.0).abs() < 1e-9 && (l.gbps - 4.0).abs() < 1e-9, "{l:?}");
         assert!(fit_link(0.0, 0.0, BIG).gbps.is_finite());
     }

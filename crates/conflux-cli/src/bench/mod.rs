@@ -52,6 +52,11 @@ pub struct BenchArgs {
     pub iters: usize,
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
+    /// Run more iterations than --iters where needed for a measurement to last this long
+    /// (milliseconds; 0 = exactly --iters), so that small sizes are not timed over a few
+    /// microseconds. Default 0, or 5 with --report-auto.
+    #[arg(long)]
+    pub min_ms: Option<f64>,
     /// Validate every result against an independently computed expectation.
     #[arg(short = 'c', long)]
     pub check: bool,
@@ -413,9 +418,19 @@ fn measure<T: Num>(
             _ => unreachable!("checked in main"),
         }
     };
-    let iters = if bytes > 1 << 20 { (args.iters / 4).max(5) } else { args.iters };
+    let mut iters = if bytes > 1 << 20 { (args.iters / 4).max(5) } else { args.iters };
+    let warm = Instant::now();
     for _ in 0..args.warmup {
         once(&mut recv)?;
+    }
+    let min_ms = args.min_ms.unwrap_or(if args.report_auto { 5.0 } else { 0.0 });
+    if min_ms > 0.0 && args.warmup > 0 {
+        // Enough iterations that one measurement lasts --min-ms, from the slowest rank's
+        // warm-up (so every rank runs the same number).
+        let mut per = [warm.elapsed().as_secs_f64() / args.warmup as f64];
+        comm.all_reduce(&mut per, ReduceOp::Max)?;
+        let want = (min_ms * 1e-3 / per[0].max(1e-9)).ceil() as usize;
+        iters = iters.max(want.min(20_000));
     }
     comm.barrier()?;
     let t = Instant::now();
