@@ -4,11 +4,77 @@
 //! carries 2(M-1)/M of the message once, for M nodes, where a flat ring over all ranks sends
 //! it in as many pieces as there are ranks and crosses nodes on the slowest links.
 //!
+//! Large messages go in segments, pipelined: at step t segment j runs its own step t - j, so
+//! one segment's all-gather inside the node overlaps the next one's transfer across nodes
+//! and the network link stays busy. The schedule is data (`plan`: per segment, a list of
+//! ring moves), checked without sockets below, and run by `run`, which merges each step's
+//! moves of every segment into one exchange.
+//!
 //! Needs the same number of ranks on every node (`Topo::uniform`).
 
-use super::{even_blocks, ring, Circle, Step};
+use std::ops::Range;
+
+use super::{even_blocks, Circle, Step};
 use crate::dtype::{DataType, ReduceOp};
-use crate::transport::{LinkError, Transport};
+use crate::transport::{LinkError, Sink, Transport, Xfer};
+
+/// One ring step of one rank: send `send` to `to` while taking `recv` from `from`, reduced
+/// into place or copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Move {
+    pub to: usize,
+    pub send: Range<usize>,
+    pub from: usize,
+    pub recv: Range<usize>,
+    pub reduce: bool,
+}
+
+/// Segments from this size up; fewer, larger ones below.
+const SEGMENT: usize = 4 << 20;
+
+/// The ring's steps among `c` over `blocks`: reduce-scatter leaves position p holding block
+/// p + 1 + shift reduced; all-gather starts from position p holding block p + shift.
+fn ring_moves(c: &Circle<'_>, blocks: &[Range<usize>], shift: isize, reduce: bool) -> Vec<Move> {
+    let n = c.len as isize;
+    let block = |k: isize| blocks[k.rem_euclid(n) as usize].clone();
+    let r = c.pos as isize;
+    (0..n - 1)
+        .map(|k| Move {
+            to: c.right(),
+            send: block(r - k + shift),
+            from: c.left(),
+            recv: block(r - k - 1 + shift),
+            reduce,
+        })
+        .collect()
+}
+
+/// Every segment's moves for `rank`, in the order they run, for a message of `len` bytes of
+/// `esize`-byte elements.
+pub(crate) fn plan(nodes: &[Vec<usize>], rank: usize, len: usize, esize: usize) -> Vec<Vec<Move>> {
+    let node = nodes.iter().position(|nd| nd.contains(&rank)).expect("every rank is on a node");
+    let locals = &nodes[node];
+    let local = locals.iter().position(|&r| r == rank).expect("on its node");
+    let cross: Vec<usize> = nodes.iter().map(|nd| nd[local]).collect();
+    let (within, across) = (Circle::among(locals, rank), Circle::among(&cross, rank));
+    let segments = (len / SEGMENT).clamp(1, 16);
+    let shifted = |b: Vec<Range<usize>>, by: usize| -> Vec<Range<usize>> {
+        b.into_iter().map(|r| r.start + by..r.end + by).collect()
+    };
+    even_blocks(len / esize, segments, esize)
+        .into_iter()
+        .map(|seg| {
+            let blocks = shifted(even_blocks(seg.len() / esize, locals.len(), esize), seg.start);
+            let mine = blocks[local].clone();
+            let parts = shifted(even_blocks(mine.len() / esize, cross.len(), esize), mine.start);
+            let mut moves = ring_moves(&within, &blocks, -1, true);
+            moves.extend(ring_moves(&across, &parts, 0, true));
+            moves.extend(ring_moves(&across, &parts, 1, false));
+            moves.extend(ring_moves(&within, &blocks, 0, false));
+            moves
+        })
+        .collect()
+}
 
 pub(crate) fn all_reduce(
     t: &mut Transport,
@@ -17,23 +83,108 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let nodes = t.topo.nodes.clone();
-    let node = nodes.iter().position(|nd| nd.contains(&s.rank)).expect("every rank is on a node");
-    let locals = &nodes[node];
-    let local = locals.iter().position(|&r| r == s.rank).expect("on its node");
-    let cross: Vec<usize> = nodes.iter().map(|nd| nd[local]).collect();
-    let es = dtype.size();
-    let blocks = even_blocks(buf.len() / es, locals.len(), es);
-    let within = Circle::among(locals, s.rank);
-    if locals.len() > 1 {
-        ring::reduce_scatter(t, s, &within, buf, &blocks, -1, dtype, op)?;
-    }
-    let part = &mut buf[blocks[local].clone()];
-    let across = Circle::among(&cross, s.rank);
-    let cb = even_blocks(part.len() / es, cross.len(), es);
-    ring::all_reduce(t, s, &across, part, &cb, dtype, op)?;
-    if locals.len() > 1 {
-        ring::all_gather(t, s, &within, buf, &blocks, 0)?;
+    let segments = plan(&t.topo.nodes, s.rank, buf.len(), dtype.size());
+    let steps = segments.iter().enumerate().map(|(j, m)| j + m.len()).max().unwrap_or(0);
+    for step in 0..steps {
+        let moves: Vec<&Move> =
+            segments.iter().enumerate().filter_map(|(j, m)| step.checked_sub(j).and_then(|u| m.get(u))).collect();
+        if moves.is_empty() {
+            continue;
+        }
+        let ranges: Vec<Range<usize>> = moves.iter().flat_map(|m| [m.send.clone(), m.recv.clone()]).collect();
+        let mut pieces = carve(buf, &ranges).into_iter();
+        let mut xfers = Vec::with_capacity(2 * moves.len());
+        for m in &moves {
+            let (out, into) = (pieces.next().expect("two per move"), pieces.next().expect("two per move"));
+            let sink = if m.reduce { Sink::Reduce { buf: into, dtype, op } } else { Sink::Copy(into) };
+            xfers.push(Xfer::Send { peer: m.to, tag: s.tag, data: &*out });
+            xfers.push(Xfer::Recv { peer: m.from, tag: s.tag, sink });
+        }
+        t.exchange(&mut xfers, s.deadline)?;
     }
     Ok(())
+}
+
+/// Mutable views of `ranges` of `buf`, in the order given; the ranges must not overlap.
+fn carve<'a>(buf: &'a mut [u8], ranges: &[Range<usize>]) -> Vec<&'a mut [u8]> {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+    let mut out: Vec<Option<&'a mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
+    let (mut rest, mut base) = (buf, 0);
+    for i in order {
+        let r = &ranges[i];
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - base);
+        let (piece, tail) = tail.split_at_mut(r.len());
+        out[i] = Some(piece);
+        rest = tail;
+        base = r.end;
+    }
+    out.into_iter().map(|p| p.expect("every range carved")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs every rank's plan on byte vectors (sum mod 256), step by step as `all_reduce` does:
+    /// every rank must end with the sum of all inputs.
+    fn simulate(nodes: &[Vec<usize>], len: usize) {
+        let n: usize = nodes.iter().map(|nd| nd.len()).sum();
+        let plans: Vec<Vec<Vec<Move>>> = (0..n).map(|r| plan(nodes, r, len, 1)).collect();
+        let mut data: Vec<Vec<u8>> = (0..n).map(|r| (0..len).map(|i| (r * 31 + i * 7) as u8).collect()).collect();
+        let want: Vec<u8> = (0..len).map(|i| (0..n).fold(0u8, |a, r| a.wrapping_add((r * 31 + i * 7) as u8))).collect();
+        let steps = plans[0].iter().enumerate().map(|(j, m)| j + m.len()).max().unwrap_or(0);
+        for step in 0..steps {
+            let at = |r: usize| -> Vec<Move> {
+                plans[r]
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, m)| step.checked_sub(j).and_then(|u| m.get(u).cloned()))
+                    .collect()
+            };
+            // Messages from each sender to each receiver, in order.
+            let mut sent: Vec<Vec<(usize, Vec<u8>)>> = vec![Vec::new(); n];
+            for r in 0..n {
+                for m in at(r) {
+                    sent[m.to].push((r, data[r][m.send.clone()].to_vec()));
+                }
+            }
+            for r in 0..n {
+                for m in at(r) {
+                    let k = sent[r].iter().position(|(from, _)| *from == m.from).expect("a message from that rank");
+                    let (_, msg) = sent[r].remove(k);
+                    assert_eq!(msg.len(), m.recv.len(), "step {step} rank {r}");
+                    for (d, x) in data[r][m.recv.clone()].iter_mut().zip(msg) {
+                        *d = if m.reduce { d.wrapping_add(x) } else { x };
+                    }
+                }
+            }
+        }
+        for (r, d) in data.iter().enumerate() {
+            assert_eq!(d, &want, "rank {r} of {nodes:?}, {len} bytes");
+        }
+    }
+
+    #[test]
+    fn the_pipelined_plan_reduces_everything_on_every_layout() {
+        let layouts: Vec<Vec<Vec<usize>>> = vec![
+            vec![vec![0, 1], vec![2, 3]],
+            vec![vec![0], vec![1], vec![2], vec![3]],
+            vec![vec![0, 1, 2], vec![3, 4, 5]],
+            vec![vec![0, 2], vec![1, 3], vec![4, 5]],
+            vec![vec![0, 1], vec![2, 3], vec![4, 5]],
+        ];
+        for nodes in &layouts {
+            for len in [0, 1, 7, 1000, 3 * SEGMENT + 5] {
+                simulate(nodes, len);
+            }
+        }
+    }
+
+    #[test]
+    fn carve_gives_the_ranges_asked_for() {
+        let mut buf: Vec<u8> = (0..10).collect();
+        let p = carve(&mut buf, &[6..8, 0..2, 3..3, 9..10]);
+        assert_eq!(p.iter().map(|x| x.to_vec()).collect::<Vec<_>>(), vec![vec![6, 7], vec![0, 1], vec![], vec![9]]);
+    }
 }

@@ -29,6 +29,10 @@ pub(crate) fn scenario_algos(comm: Communicator, quick: bool, must: &[Algo]) -> 
                 c.movement::<u8>(count);
             }
         }
+        if algo == Algo::Hier && must.contains(&Algo::Hier) {
+            // More than one of hier's pipelined segments (4 MiB each), with an odd count.
+            c.collectives::<f32>(ReduceOp::Sum, 2_100_001);
+        }
         // What the algorithm cannot serve it must refuse for a documented reason; the rest it
         // must get right.
         let mut refused = 0;
