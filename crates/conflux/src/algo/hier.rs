@@ -128,6 +128,7 @@ mod tests {
 
     /// Runs every rank's plan on byte vectors (sum mod 256), step by step as `all_reduce` does:
     /// every rank must end with the sum of all inputs.
+    #[allow(clippy::needless_range_loop)] // ranks index several tables at once
     fn simulate(nodes: &[Vec<usize>], len: usize) {
         let n: usize = nodes.iter().map(|nd| nd.len()).sum();
         let plans: Vec<Vec<Vec<Move>>> = (0..n).map(|r| plan(nodes, r, len, 1)).collect();
