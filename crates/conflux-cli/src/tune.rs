@@ -13,7 +13,7 @@
 //! - sync_us: the median 8-byte direct all_reduce less the model's copy and reduce terms,
 //!   divided by the factor the model puts on sync when oversubscribed (oversub × N/2), so that
 //!   `predict(Direct, 8 B)` equals the measurement. Needs one shared segment; else the default.
-//! - reduce_gbps: one core's f32 sum (`reduce_into`) of 32 MiB; copy_gbps: memcpy of 632 MiB;
+//! - reduce_gbps: one core's f32 sum (`reduce_into`) of 32 MiB; copy_gbps: memcpy of 64 MiB;
 //!   on rank 0 once the communicators are gone, so no other rank competes for the cores.
 
 use std::hint::black_box;
@@ -87,7 +87,7 @@ fn run_rank(args: &TuneArgs, kind: TransportKind) -> Result<(), String> {
     // sync_us, whose fit subtracts the copy and reduce terms.
     (m.reduce_gbps, m.copy_gbps) = local_gbps();
     let (r, c) = (m.reduce_gbps, m.copy_gbps);
-    lines.insert(0, format!("measured: f32 sum of 32 MiB {r:.2} GB/s, memcpy of 632 MiB {c:.2} GB/s"));
+    lines.insert(0, format!("measured: f32 sum of 32 MiB {r:.2} GB/s, memcpy of 64 MiB {c:.2} GB/s"));
     if let Some(t) = direct {
         m.sync_us = fit_sync(t, 8, topo.size as f64, &m, topo.oversubscribed);
     }
@@ -248,7 +248,7 @@ fn median_us(warm: usize, n: usize, mut f: impl FnMut() -> Result<(), String>) -
     Ok(median(&mut t))
 }
 
-/// One core's f32 sum of 32 MiB into 32 MiB, and memcpy of 632 MiB, in GB/s (= kB/µs).
+/// One core's f32 sum of 32 MiB into 32 MiB, and memcpy of 64 MiB, in GB/s (= kB/µs).
 fn local_gbps() -> (f64, f64) {
     let src: Vec<u8> = (0..BIG / 4).flat_map(|_| 1.0f32.to_ne_bytes()).collect();
     let mut dst = vec![0u8; BIG];

@@ -204,6 +204,17 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let p = (1usize << (usize::BITS - 1 - topo.size.max(1).leading_zeros())) as f64;
     let folded = if p < n { 1.0 } else { 0.0 };
     let logp = p.log2();
+    // Recursive doubling's first log2(ranks per node) steps (and halving's last) stay inside a
+    // node when nodes hold consecutive ranks, as launchers place them: those pay shared
+    // memory's α and β, the others TCP's, shared by the node's ranks.
+    let split = across && folded == 0.0 && topo.uniform().is_some_and(|l| l.is_power_of_two());
+    let intra = if split { (topo.per_node() as f64).log2() } else { 0.0 };
+    let (sa, sb) = (m.shm.alpha_us * ovs, 1.0 / m.shm.gbps);
+    let nodes = topo.nodes.len() as f64;
+    // Steps and bytes (as multiples of b) of a log-step schedule, inside nodes and across.
+    let logstep = |steps_in: f64, bytes_in: f64, steps_out: f64, bytes_out: f64| {
+        steps_in * sa + bytes_in * b * sb + steps_out * a + bytes_out * b * beta * shared
+    };
     let ring = |steps: f64, moved: f64, reduced: f64| steps * a + moved * b * beta + reduced * b * g;
     // Measured (bench --algo all --report-auto, 2-8 ranks on one host): scatter + all-gather
     // pays the ring's copies twice over, the ring reduce's gather to the root costs about one
@@ -214,10 +225,14 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     use OpKind::*;
     let t = match (call.op, algo) {
         (AllReduce, Ring) => ring(2.0 * (n - 1.0), 2.0 * (n - 1.0) / n, (n - 1.0) / n),
-        (AllReduce, Rd) => (logp + 2.0 * folded) * a + (logp + 2.0 * folded) * b * (beta * shared + g + cp),
+        (AllReduce, Rd) => {
+            let out = logp - intra + 2.0 * folded;
+            logstep(intra, intra, out, out) + (logp + 2.0 * folded) * b * (g + cp)
+        }
         (AllReduce, Rabenseifner) => {
-            (2.0 * logp + 2.0 * folded) * a
-                + (2.0 * (p - 1.0) / p + 2.0 * folded) * b * beta * shared
+            let (inside, outside) =
+                if split { (1.0 / nodes - 1.0 / p, 1.0 - 1.0 / nodes) } else { (0.0, (p - 1.0) / p) };
+            logstep(2.0 * intra, 2.0 * inside, 2.0 * (logp - intra) + 2.0 * folded, 2.0 * outside + 2.0 * folded)
                 + ((p - 1.0) / p + folded) * b * g
         }
         (AllReduce, Tree) => {
@@ -235,12 +250,12 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         }
         (AllReduce, Hier) => {
             let l = topo.uniform()? as f64;
-            let nodes = topo.nodes.len() as f64;
-            let (sa, sb) = (m.shm.alpha_us * ovs, 1.0 / m.shm.gbps);
             let (ta, tb) = (m.tcp.alpha_us * ovs, 1.0 / m.tcp.gbps);
             let intra = 2.0 * ((l - 1.0) * sa + (l - 1.0) / l * b * sb) + (l - 1.0) / l * b * g;
             let inter = 2.0 * (nodes - 1.0) * ta + 2.0 * (nodes - 1.0) / nodes * b * tb + b / l * g;
-            intra + inter
+            // Segments pipeline the two levels (hier.rs): the shorter one hides behind the longer.
+            let segments = (call.bytes / (4 << 20)).clamp(1, 16) as f64;
+            intra.max(inter) + intra.min(inter) / segments
         }
         (Broadcast, Tree) => logn * (a + b * beta * shared),
         (Broadcast, Chain) => {
