@@ -148,3 +148,31 @@ fn lossy_slow_link() {
         assert_bench_ok(&out, 2, 1, &["all_reduce"]);
     }
 }
+
+/// Every algorithm forced on every collective it serves, against the reference, across
+/// network namespaces: the hierarchical all_reduce must serve (several pipelined segments
+/// included), and each node's summaries must all pass.
+fn assert_algos_ok(nodes: usize, nproc: usize) {
+    let out = cluster(nodes, nproc, &[], &["conflux-check", "algos-quick", "hier"]);
+    let t = text(&out);
+    assert!(out.status.success(), "job failed ({}):\n{t}", out.status);
+    let summaries: Vec<&str> = t.lines().filter(|l| l.contains(": algos-quick: ")).collect();
+    assert_eq!(summaries.len(), nodes * nproc, "one summary per rank:\n{t}");
+    assert!(summaries.iter().all(|s| s.contains(", 0 failed")), "a rank failed checks:\n{t}");
+    let hier = t.lines().find(|l| l.contains("algos: hier: ")).unwrap_or_else(|| panic!("no hier line:\n{t}"));
+    assert!(!hier.contains("algos: hier: 0 checks"), "hier served nothing:\n{t}");
+}
+
+#[test]
+fn every_algorithm_on_two_nodes_of_two() {
+    if netns_available(&["ip"]) {
+        assert_algos_ok(2, 2);
+    }
+}
+
+#[test]
+fn every_algorithm_on_four_nodes_of_one() {
+    if netns_available(&["ip"]) {
+        assert_algos_ok(4, 1);
+    }
+}

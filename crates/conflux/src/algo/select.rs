@@ -76,7 +76,7 @@ impl Default for Model {
     fn default() -> Model {
         Model {
             shm: LinkCost { alpha_us: 1.0, gbps: 4.0 },
-            tcp: LinkCost { alpha_us: 20.0, gbps: 1.5 },
+            tcp: LinkCost { alpha_us: 40.0, gbps: 1.5 },
             sync_us: 0.6,
             reduce_gbps: 8.0,
             copy_gbps: 12.0,
