@@ -55,6 +55,32 @@ fn killed_rank(transport: &str, mode: &str) {
     assert_eq!(shm_entries(), before, "/dev/shm changed");
 }
 
+/// A rank that shuts down cleanly and returns while the others wait for it in a collective:
+/// they fail within 5 s naming it (its goodbye reaches them through the store), including
+/// when it is rank 0, which serves the store and waits for everyone's goodbye.
+fn left_rank(transport: &str, victim: usize) {
+    let n = 3;
+    let children = spawn_ranks(n, &["leave", &victim.to_string()], |_| {
+        vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "60".into())]
+    });
+    for (r, child) in children.into_iter().enumerate() {
+        let (out, took) = wait_output(child, Duration::from_secs(60));
+        let t = text(&out);
+        assert!(out.status.success(), "rank {r} (victim {victim}, {transport}) after {took:?}:\n{t}");
+        if r != victim {
+            assert!(t.contains(&format!("DETECTED rank {victim}")), "rank {r}:\n{t}");
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_early_is_named_not_waited_for() {
+    for transport in ["shm", "tcp"] {
+        left_rank(transport, 1);
+        left_rank(transport, 0);
+    }
+}
+
 #[test]
 fn killed_rank_shm() {
     killed_rank("shm", "");

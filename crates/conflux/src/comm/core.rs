@@ -200,6 +200,11 @@ impl Core {
 
 impl Drop for Core {
     fn drop(&mut self) {
+        // Dropped while the thread unwinds from a panic: the program will not finish its part,
+        // so the peers must learn now (abort), not after they waited for it to the timeout.
+        if std::thread::panicking() {
+            self.abort();
+        }
         let _ = self.shutdown();
     }
 }

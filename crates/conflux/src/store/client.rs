@@ -211,6 +211,7 @@ fn decode_event(body: &[u8]) -> Option<Event> {
     let mut d = Dec::new(body).ok()?;
     match d.kind {
         kind::EV_DIED => Some(Event::RankDied { rank: d.u64().ok()? as usize }),
+        kind::EV_LEFT => Some(Event::RankLeft { rank: d.u64().ok()? as usize }),
         kind::EV_FAILURE => {
             let culprit = d.u64().ok()? as usize;
             let reporter = d.u64().ok()? as usize;

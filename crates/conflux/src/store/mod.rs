@@ -40,6 +40,9 @@ pub enum Event {
     RankDied { rank: usize },
     /// `reporter` failed an operation because of `culprit`.
     Failure { culprit: usize, reporter: usize, reason: String },
+    /// The rank's process said goodbye: it shut down cleanly and will take part in nothing
+    /// more, so a peer still waiting for it waits in vain.
+    RankLeft { rank: usize },
     /// The store itself went away.
     StoreLost,
 }

@@ -244,7 +244,12 @@ fn handle(
         }
         kind::GOODBYE => {
             let ch = channel.ok_or_else(|| wire::bad("goodbye on a plain connection"))?;
-            shared.lock().goodbye.insert(ch);
+            let mut st = shared.lock();
+            // The process's own line: it is leaving the job altogether.
+            if st.goodbye.insert(ch) && ch.1 == 0 {
+                push(&mut st, Event::RankLeft { rank: ch.0 }, Some(ch));
+            }
+            drop(st);
             shared.changed.notify_all();
             Ok(None)
         }
@@ -270,6 +275,7 @@ fn push(st: &mut State, ev: Event, except: Option<Channel>) {
 fn event_frame(ev: &Event) -> Vec<u8> {
     match ev {
         Event::RankDied { rank } => Enc::new(kind::EV_DIED).u64(*rank as u64).finish(),
+        Event::RankLeft { rank } => Enc::new(kind::EV_LEFT).u64(*rank as u64).finish(),
         Event::Failure { culprit, reporter, reason } => {
             Enc::new(kind::EV_FAILURE).u64(*culprit as u64).u64(*reporter as u64).bytes(reason.as_bytes()).finish()
         }

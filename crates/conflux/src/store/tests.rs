@@ -72,7 +72,7 @@ fn next_event(m: &mut Monitor) -> Event {
 }
 
 #[test]
-fn monitors_hear_of_deaths_and_failures_but_not_goodbyes() {
+fn monitors_hear_of_deaths_failures_and_leaving_ranks() {
     let (s, addr) = serve();
     let c = StoreClient::connect(&addr, T).unwrap();
     let mut m0 = c.monitor(0, 0).unwrap();
@@ -80,17 +80,20 @@ fn monitors_hear_of_deaths_and_failures_but_not_goodbyes() {
     let mut m2 = c.monitor(2, 0).unwrap();
     m2.goodbye();
     drop(m2);
+    assert_eq!(next_event(&mut m0), Event::RankLeft { rank: 2 });
     drop(m1);
-    assert_eq!(next_event(&mut m0), Event::RankDied { rank: 1 });
+    assert_eq!(next_event(&mut m0), Event::RankDied { rank: 1 }, "a goodbye is not a death");
     let mut m3 = c.monitor(3, 0).unwrap();
     // Late monitors hear of what happened before them.
+    assert_eq!(next_event(&mut m3), Event::RankLeft { rank: 2 });
     assert_eq!(next_event(&mut m3), Event::RankDied { rank: 1 });
     m3.report_failure(1, "gone");
     assert_eq!(next_event(&mut m0), Event::Failure { culprit: 1, reporter: 3, reason: "gone".into() });
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(m0.try_event(), None, "a goodbye is not a death");
-    m0.goodbye();
+    assert_eq!(m0.try_event(), None);
     m3.goodbye();
+    assert_eq!(next_event(&mut m0), Event::RankLeft { rank: 3 });
+    m0.goodbye();
     assert_eq!(s.wait_goodbyes(4, T), 4);
     drop(s);
     assert_eq!(next_event(&mut m0), Event::StoreLost);

@@ -23,6 +23,7 @@ pub mod kind {
     pub const INT: u8 = 67;
     pub const EV_DIED: u8 = 80;
     pub const EV_FAILURE: u8 = 81;
+    pub const EV_LEFT: u8 = 82;
 }
 
 /// Builds one frame.

@@ -56,6 +56,9 @@ pub(crate) struct Waiter {
     last_check: Instant,
     /// Awaited peers whose exit was seen once; seen again while still awaited, they failed.
     exited_seen: Vec<usize>,
+    /// Peers (this communicator's ranks) whose process said goodbye, and whether one was
+    /// already seen awaited once: like an exit, it counts at the second look.
+    left: Vec<(usize, bool)>,
     /// The last error came from the store, which names root causes itself: nothing to explain.
     from_store: bool,
 }
@@ -90,6 +93,7 @@ impl Waiter {
             yield_while_spinning,
             last_check: Instant::now(),
             exited_seen: Vec::new(),
+            left: Vec::new(),
             from_store: false,
         }
     }
@@ -208,6 +212,14 @@ impl Waiter {
                 }
             }
         }
+        for (peer, seen) in self.left.iter_mut().filter(|(p, _)| awaited.contains(p)) {
+            if *seen {
+                let detail = "its process shut down (left the job) while this rank still waited for it".into();
+                return Err(LinkError::PeerGone { peer: *peer, detail });
+            }
+            *seen = true;
+            self.last_check = Instant::now() - SLICE + Duration::from_millis(1);
+        }
         let Some(m) = &mut self.monitor else { return Ok(()) };
         while let Some(ev) = m.try_event() {
             let member = |r: usize| self.world.iter().position(|&w| w == r);
@@ -229,6 +241,12 @@ impl Waiter {
                         continue;
                     }
                     LinkError::Remote { culprit, reporter, reason }
+                }
+                Event::RankLeft { rank } => {
+                    if let Some(peer) = member(rank) {
+                        self.left.push((peer, false));
+                    }
+                    continue;
                 }
                 Event::StoreLost => LinkError::StoreLost,
             };
@@ -264,6 +282,11 @@ impl Waiter {
                         return LinkError::Remote { culprit, reporter, reason };
                     }
                     Event::Failure { .. } => {}
+                    Event::RankLeft { rank } => {
+                        if let Some(p) = self.world.iter().position(|&w| w == rank) {
+                            self.left.push((p, false));
+                        }
+                    }
                     Event::RankDied { .. } | Event::StoreLost => return e,
                 }
             }

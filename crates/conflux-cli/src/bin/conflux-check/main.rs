@@ -449,6 +449,37 @@ fn judge_failure(r: usize, victim: usize, since: Instant, e: Error) -> ! {
     std::process::exit(1);
 }
 
+/// Rank `victim` runs a few collectives, then shuts its communicator down and returns while
+/// the others enter one more: they must fail naming it within seconds, not at the timeout.
+fn scenario_leave(comm: Communicator, victim: usize) -> ExitCode {
+    let r = comm.rank();
+    let mut buf = vec![1f32; 1000];
+    for _ in 0..5 {
+        if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Sum) {
+            println!("rank {r}: an all_reduce before the leave failed: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    if r == victim {
+        println!("rank {r}: leaving");
+        return match comm.shutdown() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("rank {r}: shutdown failed: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let t = Instant::now();
+    match comm.all_reduce(&mut buf, ReduceOp::Sum) {
+        Ok(()) => {
+            println!("rank {r}: an all_reduce without rank {victim} succeeded");
+            ExitCode::from(1)
+        }
+        Err(e) => judge_failure(r, victim, t, e),
+    }
+}
+
 /// Rank 1 calls all_reduce with one element more than the others: nobody may hang or
 /// compute a wrong answer; every rank gets an error within the timeout.
 fn scenario_mismatch(comm: Communicator) -> ExitCode {
@@ -491,6 +522,10 @@ fn main() -> ExitCode {
             return scenario_kill(comm, victim, args.get(2).is_some_and(|a| a == "group"));
         }
         "mismatch" => return scenario_mismatch(comm),
+        "leave" => {
+            let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
+            return scenario_leave(comm, victim);
+        }
         "groups" => groups::scenario_groups(comm),
         "algos" | "algos-quick" => {
             let must: Vec<conflux::Algo> =
@@ -512,7 +547,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], mismatch, \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);
