@@ -221,6 +221,9 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // more pass, and the trees' rooted operations overlap their levels.
     let sag_bw = 1.5;
     let ring_reduce_bw = 1.0;
+    // From 1 MiB, recursive doubling's and halving's half-message steps no longer beat the
+    // ring's pipelined blocks (all_gather and reduce_scatter, 4 and 8 ranks).
+    let rd_big = if call.bytes >= 1 << 20 { 1.1 } else { 1.0 };
     use Algo::*;
     use OpKind::*;
     let t = match (call.op, algo) {
@@ -272,10 +275,12 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         }
         (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp,
         (AllGather, Ring) => ring(n - 1.0, (n - 1.0) / n, 0.0),
-        (AllGather, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * beta * shared,
+        (AllGather, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * rd_big * b * beta * shared,
         (AllGather, Bruck) => logn * a + (n - 1.0) / n * b * beta * shared + 2.0 * b * cp,
         (ReduceScatter, Ring) => ring(n - 1.0, (n - 1.0) / n, (n - 1.0) / n),
-        (ReduceScatter, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * (beta * shared + g),
+        (ReduceScatter, Rd) => {
+            (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * (rd_big * beta * shared + g)
+        }
         (AllToAll, Pairwise) => a * (1.0 + 0.3 * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
         (AllToAll, Bruck) => logn * a + logn / 2.0 * b * beta * shared + (2.0 + logn) * b * cp,
         _ => return None,
