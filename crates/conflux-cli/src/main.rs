@@ -24,7 +24,15 @@ enum Cmd {
     Tune(tune::TuneArgs),
 }
 
+#[allow(unsafe_code)]
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so a closed stdout (`conflux bench | head`) would be a panic in
+    // every println. Like other command-line tools, end quietly instead.
+    // SAFETY: called first thing in main, before any thread starts, with the default
+    // disposition, which installs no handler; nothing else in the process depends on SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     conflux_cli::init_logging();
     match Cli::parse().command {
         Cmd::Run(a) => run::main(a),
