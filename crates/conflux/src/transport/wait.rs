@@ -214,7 +214,10 @@ impl Waiter {
         }
         for (peer, seen) in self.left.iter_mut().filter(|(p, _)| awaited.contains(p)) {
             if *seen {
-                let detail = "its process shut down (left the job) while this rank still waited for it".into();
+                let detail = LEFT.into();
+                // The store said so: the root cause, nothing for `explain` to look for (others
+                // that waited for it too may be failing and exiting by now).
+                self.from_store = true;
                 return Err(LinkError::PeerGone { peer: *peer, detail });
             }
             *seen = true;
@@ -226,6 +229,12 @@ impl Waiter {
             let err = match ev {
                 // Errors made here are in this communicator's ranks, like the transport's own;
                 // `Transport::fail` renames them.
+                // A rank that left while awaited came first: others may die of waiting for it.
+                Event::RankDied { .. } if self.left.iter().any(|(p, _)| awaited.contains(p)) => {
+                    let peer = self.left.iter().find(|(p, _)| awaited.contains(p)).expect("checked").0;
+                    let detail = LEFT.into();
+                    LinkError::PeerGone { peer, detail }
+                }
                 Event::RankDied { rank } => match member(rank) {
                     Some(peer) => LinkError::PeerGone {
                         peer,
@@ -322,6 +331,9 @@ impl Waiter {
         let _ = futex::wake(bell, futex::Flags::empty(), i32::MAX as u32);
     }
 }
+
+/// Why a peer that said goodbye fails a wait for it.
+const LEFT: &str = "its process shut down (left the job) while this rank still waited for it";
 
 /// A waiting loop's state between fruitless passes: spinning since when, armed to sleep or not.
 #[derive(Default)]
