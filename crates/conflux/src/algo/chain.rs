@@ -25,7 +25,7 @@ pub(crate) fn broadcast(
     pipeline(t, s, buf, pos, s.left(), s.right(), esize, |into| Sink::Copy(into))
 }
 
-/// Non-root ranks work on a copy, so their buffers stay as they were.
+/// Non-root ranks' `buf` ends as scratch (the caller passes a copy).
 pub(crate) fn reduce(
     t: &mut Transport,
     s: &Step,
@@ -37,14 +37,7 @@ pub(crate) fn reduce(
     let n = s.size;
     // Position along the chain, counted from its far end (root - 1) at 0 to the root at n - 1.
     let pos = (root + n - 1 - s.rank) % n;
-    let mut scratch;
-    let work: &mut [u8] = if s.rank == root {
-        buf
-    } else {
-        scratch = buf.to_vec();
-        &mut scratch
-    };
-    pipeline(t, s, work, pos, s.right(), s.left(), dtype.size(), |into| Sink::Reduce { buf: into, dtype, op })
+    pipeline(t, s, buf, pos, s.right(), s.left(), dtype.size(), |into| Sink::Reduce { buf: into, dtype, op })
 }
 
 /// The chain's steps at position `pos` (0 starts, n - 1 ends), receiving from `from` and

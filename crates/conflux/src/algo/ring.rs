@@ -80,7 +80,7 @@ pub(crate) fn all_reduce(
 }
 
 /// reduce to `root`: ring reduce-scatter (rank r ends with block r), then every rank sends its
-/// block to the root. Non-root ranks work on a copy, so their buffers stay as they were.
+/// block to the root. Non-root ranks' `buf` ends as scratch (the caller passes a copy).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce(
     t: &mut Transport,
@@ -91,20 +91,13 @@ pub(crate) fn reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let mut scratch;
-    let work: &mut [u8] = if s.rank == root {
-        buf
-    } else {
-        scratch = buf.to_vec();
-        &mut scratch
-    };
-    reduce_scatter(t, s, &Circle::whole(s), work, blocks, -1, dtype, op)?;
+    reduce_scatter(t, s, &Circle::whole(s), buf, blocks, -1, dtype, op)?;
     if s.rank != root {
-        let data = &work[blocks[s.rank].clone()];
+        let data = &buf[blocks[s.rank].clone()];
         return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data }], s.deadline);
     }
     let mut xfers = Vec::with_capacity(s.size);
-    let mut rest: &mut [u8] = work;
+    let mut rest: &mut [u8] = buf;
     let mut base = 0;
     for (p, b) in blocks.iter().enumerate() {
         let (piece, tail) = std::mem::take(&mut rest).split_at_mut(b.end - base);

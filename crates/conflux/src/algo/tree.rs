@@ -90,7 +90,7 @@ pub(crate) fn broadcast(t: &mut Transport, s: &Step, buf: &mut [u8], root: usize
 }
 
 /// Binomial reduce to `root`: each rank reduces its children's partial results, nearest first,
-/// and sends its own to its parent. Non-root ranks work on a copy, so their buffers stay.
+/// and sends its own to its parent. Non-root ranks' `buf` ends as scratch (the caller passes a copy).
 pub(crate) fn reduce(
     t: &mut Transport,
     s: &Step,
@@ -102,22 +102,15 @@ pub(crate) fn reduce(
     let n = s.size;
     let vr = (s.rank + n - root) % n;
     let real = |v: usize| (v + root) % n;
-    let mut scratch;
-    let work: &mut [u8] = if s.rank == root {
-        buf
-    } else {
-        scratch = buf.to_vec();
-        &mut scratch
-    };
     let mut mask = 1;
     while mask < n {
         if vr & mask != 0 {
             let peer = real(vr - mask);
-            return t.exchange(&mut [Xfer::Send { peer, tag: s.tag, data: work }], s.deadline);
+            return t.exchange(&mut [Xfer::Send { peer, tag: s.tag, data: buf }], s.deadline);
         }
         if vr + mask < n {
             let peer = real(vr + mask);
-            let sink = Sink::Reduce { buf: &mut *work, dtype, op };
+            let sink = Sink::Reduce { buf: &mut *buf, dtype, op };
             t.exchange(&mut [Xfer::Recv { peer, tag: s.tag, sink }], s.deadline)?;
         }
         mask <<= 1;

@@ -243,12 +243,20 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
         }
         Coll::Reduce { buf, op, root } => {
             if n > 1 {
+                // Non-root buffers stay as they were: the algorithms work on a copy there.
+                let mut copy;
+                let work: &mut [u8] = if s.rank == *root {
+                    buf
+                } else {
+                    copy = buf.to_vec();
+                    &mut copy
+                };
                 match algo {
-                    Algo::Tree => tree::reduce(t, s, buf, *root, dtype, *op)?,
-                    Algo::Chain => chain::reduce(t, s, buf, *root, dtype, *op)?,
+                    Algo::Tree => tree::reduce(t, s, work, *root, dtype, *op)?,
+                    Algo::Chain => chain::reduce(t, s, work, *root, dtype, *op)?,
                     _ => {
-                        let blocks = even_blocks(buf.len() / esize, n, esize);
-                        ring::reduce(t, s, buf, &blocks, *root, dtype, *op)?
+                        let blocks = even_blocks(work.len() / esize, n, esize);
+                        ring::reduce(t, s, work, &blocks, *root, dtype, *op)?
                     }
                 }
             }
