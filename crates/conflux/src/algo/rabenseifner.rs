@@ -4,7 +4,7 @@
 //! ring (few bytes, many steps), for medium messages. A world that is not a power of two pays
 //! one whole-buffer step before and after, for the folded pairs.
 
-use super::rd::{doubling, folded, halving};
+use super::rd::{doubling, folded_all_reduce, halving};
 use super::{even_blocks, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Transport};
@@ -16,18 +16,9 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let all = 0..buf.len();
-    folded(
-        t,
-        s,
-        buf,
-        |_| all.clone(),
-        |_| all.clone(),
-        Some((dtype, op)),
-        |t, buf, v, f| {
-            let vb = even_blocks(buf.len() / dtype.size(), f.p, dtype.size());
-            halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)?;
-            doubling(t, s, buf, &vb, v, |v| f.rank_of(v))
-        },
-    )
+    folded_all_reduce(t, s, buf, dtype, op, |t, buf, v, f| {
+        let vb = even_blocks(buf.len() / dtype.size(), f.p, dtype.size());
+        halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)?;
+        doubling(t, s, buf, &vb, v, |v| f.rank_of(v))
+    })
 }

@@ -123,6 +123,20 @@ pub(crate) fn folded(
     }
 }
 
+/// `folded` for an all_reduce: an extra rank hands over its whole buffer, which its partner
+/// reduces into its own, and takes the whole result back.
+pub(crate) fn folded_all_reduce(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    dtype: DataType,
+    op: ReduceOp,
+    body: impl FnOnce(&mut Transport, &mut [u8], usize, &Fold) -> Result<(), LinkError>,
+) -> Result<(), LinkError> {
+    let all = 0..buf.len();
+    folded(t, s, buf, |_| all.clone(), |_| all.clone(), Some((dtype, op)), body)
+}
+
 pub(crate) fn all_reduce(
     t: &mut Transport,
     s: &Step,
@@ -130,36 +144,27 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let all = 0..buf.len();
-    folded(
-        t,
-        s,
-        buf,
-        |_| all.clone(),
-        |_| all.clone(),
-        Some((dtype, op)),
-        |t, buf, v, f| {
-            // The partner's data reduces into `buf` while this rank's copy is on its way out.
-            let mut mine = std::mem::take(&mut t.staging);
-            let mut mask = 1;
-            let mut r = Ok(());
-            while mask < f.p && r.is_ok() {
-                mine.clear();
-                mine.extend_from_slice(buf);
-                let peer = f.rank_of(v ^ mask);
-                r = t.exchange(
-                    &mut [
-                        Xfer::Send { peer, tag: s.tag, data: &mine },
-                        Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf, dtype, op } },
-                    ],
-                    s.deadline,
-                );
-                mask *= 2;
-            }
-            t.staging = mine;
-            r
-        },
-    )
+    folded_all_reduce(t, s, buf, dtype, op, |t, buf, v, f| {
+        // The partner's data reduces into `buf` while this rank's copy is on its way out.
+        let mut mine = std::mem::take(&mut t.staging);
+        let mut mask = 1;
+        let mut r = Ok(());
+        while mask < f.p && r.is_ok() {
+            mine.clear();
+            mine.extend_from_slice(buf);
+            let peer = f.rank_of(v ^ mask);
+            r = t.exchange(
+                &mut [
+                    Xfer::Send { peer, tag: s.tag, data: &mine },
+                    Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf, dtype, op } },
+                ],
+                s.deadline,
+            );
+            mask *= 2;
+        }
+        t.staging = mine;
+        r
+    })
 }
 
 /// `buf` holds one block per rank (`blocks`); afterwards this rank's block is fully reduced.

@@ -145,7 +145,7 @@ impl Communicator {
     /// through this handle, with equal blocks and one piece: the forced one if it can serve,
     /// else the cost model's choice.
     pub fn algo_for(&self, op: OpKind, bytes: usize) -> Result<Algo> {
-        let plan = Plan { call_algo: self.algo, ..self.lane().plan };
+        let plan = self.plan();
         let call = select::Call { op, bytes, even: true, pieces: false };
         select::choose(&self.core.model, &call, &self.core.topo, ops::forced(&plan, op)).map_err(invalid)
     }
@@ -170,6 +170,11 @@ impl Communicator {
 
     fn lane(&self) -> &Lane {
         &self.core.lanes[self.lane]
+    }
+
+    /// What this handle's calls run with: its lane's plan and its forced algorithm.
+    fn plan(&self) -> Plan {
+        Plan { call_algo: self.algo, ..self.lane().plan }
     }
 
     /// The global rank (in the job) of each rank of this communicator.
@@ -232,7 +237,7 @@ impl Communicator {
         self.usable()?;
         let lane = self.lane();
         let _busy = HighBusy::new(HighBusy::counter(&self.core, self.lane));
-        let plan = Plan { call_algo: self.algo, ..lane.plan };
+        let plan = self.plan();
         lane.engine.run_inline(|t| ops::run(t, &plan, coll, dtype))
     }
 
@@ -246,7 +251,7 @@ impl Communicator {
             done.complete(Err(e));
             return work;
         }
-        let plan = Plan { call_algo: self.algo, ..self.lane().plan };
+        let plan = self.plan();
         // Not the core itself: a job holding the last reference would tear the communicator
         // down on its own engine thread, which then waits for itself (and says no goodbye).
         let busy = HighBusy::counter(&self.core, self.lane);
