@@ -41,8 +41,8 @@ pub fn for_op(list: &[Option<Algo>], op: &str) -> Vec<Option<Algo>> {
 /// algorithm auto chose. Two ratios: `run`, auto's own rows against the best; and `choice`,
 /// the best measurement of the algorithm auto chose (its forced rows and auto's, the same
 /// code) against the best, which separates a wrong choice from noise between two runs of
-/// one algorithm. Returns the table and the lowest `run` ratio.
-pub fn report_auto(rows: &[Row]) -> (String, f64) {
+/// one algorithm.
+pub fn report_auto(rows: &[Row]) -> String {
     let mut out = String::new();
     let mut worst = f64::INFINITY;
     let _ = writeln!(out, "# auto against the best forced algorithm (busbw ratio; >= 0.90 is the target)");
@@ -85,7 +85,7 @@ pub fn report_auto(rows: &[Row]) -> (String, f64) {
         "# lowest run ratio {worst:.2}, {below} of {} sizes below 0.90; lowest choice ratio {worst_choice:.2}, {wrong_choice} below 0.90",
         by.len()
     );
-    (out, worst)
+    out
 }
 
 pub fn csv(rows: &[Row]) -> String {

@@ -275,7 +275,7 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
 /// The report, CSV and plot that rank 0 writes after the tables.
 fn write_outputs(comm: &Communicator, args: &BenchArgs, dtype: DataType, rows: &[Row]) -> Result<(), String> {
     if args.report_auto {
-        print!("{}", compare::report_auto(rows).0);
+        print!("{}", compare::report_auto(rows));
     }
     if let Some(path) = &args.csv {
         std::fs::write(path, compare::csv(rows)).map_err(|e| format!("writing {}: {e}", path.display()))?;

@@ -40,13 +40,7 @@ pub(crate) fn halving(
         let (keep, give) = if v < mid { (lo..mid, mid..hi) } else { (mid..hi, lo..mid) };
         let (out, into) = split2(buf, &span(vb, give), &span(vb, keep.clone()));
         let peer = rank_of(v ^ mask);
-        t.exchange(
-            &mut [
-                Xfer::Send { peer, tag: s.tag, data: out },
-                Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf: into, dtype, op } },
-            ],
-            s.deadline,
-        )?;
+        trade(t, s, peer, out, Sink::Reduce { buf: into, dtype, op })?;
         (lo, hi) = (keep.start, keep.end);
         mask /= 2;
     }
@@ -69,13 +63,15 @@ pub(crate) fn doubling(
         let theirs = (v ^ mask) & !(mask - 1);
         let (out, into) = split2(buf, &span(vb, mine..mine + mask), &span(vb, theirs..theirs + mask));
         let peer = rank_of(v ^ mask);
-        t.exchange(
-            &mut [Xfer::Send { peer, tag: s.tag, data: out }, Xfer::Recv { peer, tag: s.tag, sink: Sink::Copy(into) }],
-            s.deadline,
-        )?;
+        trade(t, s, peer, out, Sink::Copy(into))?;
         mask *= 2;
     }
     Ok(())
+}
+
+/// One step with one partner: `data` goes out while the partner's message lands in `sink`.
+fn trade(t: &mut Transport, s: &Step, peer: usize, data: &[u8], sink: Sink<'_>) -> Result<(), LinkError> {
+    t.exchange(&mut [Xfer::Send { peer, tag: s.tag, data }, Xfer::Recv { peer, tag: s.tag, sink }], s.deadline)
 }
 
 /// Moves `data` one way between a folded pair.
@@ -153,13 +149,7 @@ pub(crate) fn all_reduce(
             mine.clear();
             mine.extend_from_slice(buf);
             let peer = f.rank_of(v ^ mask);
-            r = t.exchange(
-                &mut [
-                    Xfer::Send { peer, tag: s.tag, data: &mine },
-                    Xfer::Recv { peer, tag: s.tag, sink: Sink::Reduce { buf, dtype, op } },
-                ],
-                s.deadline,
-            );
+            r = trade(t, s, peer, &mine, Sink::Reduce { buf, dtype, op });
             mask *= 2;
         }
         t.staging = mine;

@@ -152,6 +152,7 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         Some(call) => {
             pick(t, plan, &call).map_err(|why| Error::InvalidArgument(format!("{}: {why}", Describe(&coll, dtype))))?
         }
+        // send, recv and barrier have one schedule each; dispatch does not look at this.
         None => Algo::Pairwise,
     };
     let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: Instant::now() + plan.timeout };
@@ -177,9 +178,8 @@ pub(crate) fn forced(plan: &Plan, op: OpKind) -> Option<Algo> {
     }
 }
 
-/// The forced algorithm (this handle's, then the operation's, then the one for all if it
-/// implements this operation), or the cost model's choice; logged once per operation and
-/// size class at CONFLUX_DEBUG=info.
+/// The forced algorithm (`forced`) or the cost model's choice, cached per call shape; logged
+/// once per operation and size class at CONFLUX_DEBUG=info.
 fn pick(t: &mut Transport, plan: &Plan, call: &Call) -> std::result::Result<Algo, String> {
     let forced = forced(plan, call.op);
     if let Some(&a) = t.chosen.get(&(*call, forced)) {
