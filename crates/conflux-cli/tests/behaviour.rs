@@ -128,6 +128,36 @@ fn mismatched_lengths_ring() {
     mismatch("shm", "ring");
 }
 
+/// Rank 1 makes another call than the others, differing in one respect: every rank fails
+/// within seconds (in that call, or the next if its own part could finish), and its error
+/// shows the odd call.
+#[test]
+fn mismatched_calls_fail_every_rank_showing_both() {
+    let kinds = [
+        ("op", "broadcast(float x 1000, root=1)"),
+        ("root", "root="),
+        ("dtype", "all_reduce(int32 x 1000, sum)"),
+        ("redop", "all_reduce(float x 1000, max)"),
+        ("count", "all_reduce(float x 999, sum)"),
+        ("algo", "by ring"),
+    ];
+    for transport in ["shm", "tcp"] {
+        for (kind, odd_call) in kinds {
+            let children = spawn_ranks(3, &["calls", kind], |_| {
+                vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "30".into())]
+            });
+            for (r, child) in children.into_iter().enumerate() {
+                let (out, took) = wait_output(child, Duration::from_secs(60));
+                let t = text(&out);
+                let ctx = format!("rank {r}, {kind} over {transport}, after {took:?}:\n{t}");
+                assert!(out.status.success() && t.contains("CALL-MISMATCH"), "{ctx}");
+                assert!(took < Duration::from_secs(20), "{ctx}");
+                assert!(t.contains(odd_call), "the error does not show {odd_call:?}: {ctx}");
+            }
+        }
+    }
+}
+
 /// `conflux run` stops the job within 5 s of a rank's death and names that rank.
 #[test]
 fn launcher_names_the_dead_rank() {

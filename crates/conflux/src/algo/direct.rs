@@ -7,7 +7,8 @@
 //!
 //! Protocol. A per-communicator counter `gen` numbers chunks, the same on every rank; chunk
 //! `gen` uses the slots and result of parity `gen % 2`.
-//!  1. Write slot(me, p); store `desc[me][p]` (what this call is) and `posted[me] = gen` (Release);
+//!  1. Write slot(me, p); store `desc[me][p]` (the call's number and fingerprint) and
+//!     `posted[me] = gen` (Release);
 //!     ring every doorbell.
 //!  2. Wait until `posted[k] >= gen` for all k (Acquire); check every rank's `desc`.
 //!     Small: reduce all slots into the output; done.
@@ -17,8 +18,8 @@
 //! Reuse. slot(me, p) is next written at gen + 2, after this rank saw `posted[k] >= gen + 1`
 //! for all k in step 2 of gen + 1; a rank posts gen + 1 only after it finished reading the
 //! slots of gen. result(p) slice k is next written by rank k at gen + 2 after it saw every
-//! rank post gen + 2, which each does only after copying out result(p) of gen. desc has one
-//! word per parity for the same reason: rank k rewrites desc[k][p] only at gen + 2.
+//! rank post gen + 2, which each does only after copying out result(p) of gen. desc has an
+//! entry per parity for the same reason: rank k rewrites desc[k][p] only at gen + 2.
 //! Every element is reduced over ranks 0..N in that order, so the result is the same bitwise on
 //! every rank, and f16/bf16 accumulate in f32 across all ranks before one rounding.
 
@@ -29,24 +30,10 @@ use super::Step;
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::wait::ring_doorbell;
-use crate::transport::{LinkError, Segment, Transport};
+use crate::transport::{Fingerprint, LinkError, Segment, Transport};
 
 /// Up to this many bytes per rank, every rank reduces the whole message itself.
 const SMALL: usize = 16 << 10;
-
-/// What a call is, as compared across ranks: bytes, dtype and op.
-fn describe(len: usize, dtype: DataType, op: ReduceOp) -> u64 {
-    let d = DataType::ALL.iter().position(|&x| x == dtype).unwrap_or(0) as u64;
-    let o = ReduceOp::ALL.iter().position(|&x| x == op).unwrap_or(0) as u64;
-    (len as u64) | (d << 56) | (o << 60)
-}
-
-fn describe_text(desc: u64) -> String {
-    let len = desc & ((1 << 56) - 1);
-    let d = DataType::ALL.get(((desc >> 56) & 0xf) as usize).map_or("?", |d| d.name());
-    let o = ReduceOp::ALL.get((desc >> 60) as usize).map_or("?", |o| o.name());
-    format!("all_reduce of {len} bytes of {d} with {o}")
-}
 
 fn ring_all(seg: &Segment, me: usize) {
     for k in 0..seg.layout.ranks {
@@ -90,7 +77,8 @@ pub(crate) fn all_reduce(
     let esize = dtype.size();
     let chunk = l.chunk / (esize * n) * (esize * n);
     let total: usize = out.iter().map(|p| p.len()).sum();
-    let desc = describe(total, dtype, op);
+    // Every rank's call must be this one in full (see transport/fingerprint.rs).
+    let desc = t.waiter.calls.now.1;
     let mut at = 0;
     loop {
         let len = (total - at).min(chunk);
@@ -103,19 +91,24 @@ pub(crate) fn all_reduce(
             Some(i) => slot.copy_from_slice(&i[at..at + len]),
             None => each_span(out, at..at + len, |span, off| slot[off..off + span.len()].copy_from_slice(span)),
         }
-        seg.u64_at(l.desc(me, p)).store(desc, Ordering::Relaxed);
+        for (w, v) in [t.seq, desc.word, desc.count].into_iter().enumerate() {
+            seg.u64_at(l.desc(me, p) + 8 * w).store(v, Ordering::Relaxed);
+        }
         seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
         ring_all(&seg, me);
         let all_posted = || (0..n).all(|k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen);
         let not_posted = || (0..n).filter(|&k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) < gen).collect();
         t.wait_until(s.deadline, all_posted, not_posted)?;
         for k in 0..n {
-            let theirs = seg.u64_at(l.desc(k, p)).load(Ordering::Relaxed);
-            if theirs != desc {
-                let e = LinkError::Mismatch {
-                    peer: k,
-                    detail: format!("it called {}, this rank {}", describe_text(theirs), describe_text(desc)),
+            let word = |w: usize| seg.u64_at(l.desc(k, p) + 8 * w).load(Ordering::Relaxed);
+            let (seq, theirs) = (word(0), Fingerprint { word: word(1), count: word(2) });
+            if theirs != desc || seq != t.seq {
+                let detail = if seq == t.seq {
+                    format!("in collective call #{seq} it called {theirs}, this rank called {desc}")
+                } else {
+                    format!("it is in collective call #{seq}, {theirs}, while this rank is in #{}, {desc}", t.seq)
                 };
+                let e = LinkError::Mismatch { peer: k, detail };
                 return Err(t.fail(e));
             }
         }

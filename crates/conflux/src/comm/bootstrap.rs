@@ -197,7 +197,8 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     let monitor = store.monitor(at.world[rank], at.channel)?;
     let oversubscribed = local_ranks.len() > cores();
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
-    let waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
+    let mut waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
+    waiter.seg_ranks = local_ranks.clone();
 
     store.set(&format!("{prefix}/ready/{rank}"), b"1")?;
     let keys: Vec<String> = (0..size).map(|r| format!("{prefix}/ready/{r}")).collect();

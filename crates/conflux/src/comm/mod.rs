@@ -401,7 +401,10 @@ impl Communicator {
     /// Block p of `send` goes to rank p, which stores it as block `rank` of its `recv`.
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let counts = self.equal_counts("all_to_all", send.len(), recv.len())?;
-        self.all_to_all_v(send, &counts, recv, &counts)
+        let (sb, rb) = self.v_blocks::<T>(send.len(), &counts, recv.len(), &counts)?;
+        let coll =
+            Coll::AllToAll { send: bytes(send), send_blocks: sb, recv: bytes_mut(recv), recv_blocks: rb, even: true };
+        self.blocking(coll, T::DTYPE)
     }
 
     /// Uneven all_to_all: rank p gets `send_counts[p]` elements; `recv_counts[p]` come from rank p.
@@ -414,7 +417,7 @@ impl Communicator {
     ) -> Result<()> {
         let (sb, rb) = self.v_blocks::<T>(send.len(), send_counts, recv.len(), recv_counts)?;
         self.blocking(
-            Coll::AllToAll { send: bytes(send), send_blocks: sb, recv: bytes_mut(recv), recv_blocks: rb },
+            Coll::AllToAll { send: bytes(send), send_blocks: sb, recv: bytes_mut(recv), recv_blocks: rb, even: false },
             T::DTYPE,
         )
     }
@@ -437,6 +440,7 @@ impl Communicator {
                 send_blocks: sb,
                 recv: bytes_mut(recv.as_mut_slice()),
                 recv_blocks: rb,
+                even: false,
             };
             ops::run(t, plan, coll, dtype)?;
             Ok((send, recv))

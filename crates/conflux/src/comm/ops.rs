@@ -12,7 +12,7 @@ use crate::config::AlgoSpec;
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::reduce;
-use crate::transport::{LinkError, Sink, Transport, Xfer, COLL_BIT};
+use crate::transport::{CallShape, Fingerprint, LinkError, Sink, Transport, Xfer, COLL_BIT};
 
 /// A call's buffers, as bytes, in the in-place form every algorithm works on.
 pub(crate) enum Coll<'a> {
@@ -42,11 +42,15 @@ pub(crate) enum Coll<'a> {
         buf: &'a mut [u8],
         op: ReduceOp,
     },
+    /// `even`: called as all_to_all, whose blocks are equal on every rank. all_to_all_v is
+    /// never even, whatever this rank's counts: another rank's may differ, and every rank must
+    /// choose the same algorithm.
     AllToAll {
         send: &'a [u8],
         send_blocks: Vec<Range<usize>>,
         recv: &'a mut [u8],
         recv_blocks: Vec<Range<usize>>,
+        even: bool,
     },
     Send {
         data: &'a [u8],
@@ -124,13 +128,30 @@ impl Coll<'_> {
             Coll::Reduce { buf, .. } => c(OpKind::Reduce, buf.len()),
             Coll::AllGather { buf } => c(OpKind::AllGather, buf.len()),
             Coll::ReduceScatter { buf, .. } => c(OpKind::ReduceScatter, buf.len()),
-            Coll::AllToAll { send, send_blocks, recv_blocks, .. } => {
-                let b = send_blocks[0].len();
-                let even = send_blocks.iter().chain(recv_blocks.iter()).all(|r| r.len() == b);
-                Some(Call { op: OpKind::AllToAll, bytes: send.len(), even, pieces: false })
+            Coll::AllToAll { send, even, .. } => {
+                Some(Call { op: OpKind::AllToAll, bytes: send.len(), even: *even, pieces: false })
             }
             Coll::Send { .. } | Coll::Recv { .. } | Coll::Barrier => None,
         }
+    }
+
+    /// The fingerprint its messages carry (see `transport/fingerprint.rs`).
+    fn fingerprint(&self, dtype: DataType, algo: Option<Algo>) -> Fingerprint {
+        let elems = |b: &[u8]| b.len() / dtype.size();
+        let (op, elems, pieces, root) = match self {
+            Coll::AllReduce { out, .. } => {
+                (Some(OpKind::AllReduce), out.iter().map(|p| elems(p)).sum(), out.len(), None)
+            }
+            Coll::Broadcast { buf, root } => (Some(OpKind::Broadcast), elems(buf), 1, Some(*root)),
+            Coll::Reduce { buf, root, .. } => (Some(OpKind::Reduce), elems(buf), 1, Some(*root)),
+            Coll::AllGather { buf } => (Some(OpKind::AllGather), elems(buf), 1, None),
+            Coll::ReduceScatter { buf, .. } => (Some(OpKind::ReduceScatter), elems(buf), 1, None),
+            Coll::AllToAll { send, .. } => (Some(OpKind::AllToAll), elems(send), 1, None),
+            Coll::Barrier => (None, 0, 1, None),
+            Coll::Send { .. } | Coll::Recv { .. } => return Fingerprint::NONE,
+        };
+        let uneven = matches!(self, Coll::AllToAll { even: false, .. });
+        Fingerprint::new(&CallShape { op, dtype, elems, pieces, uneven, reduce: self.op(), root, algo })
     }
 
     /// The reduce op of a reducing call.
@@ -164,7 +185,12 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         Step { tag: COLL_BIT | t.seq, ..step }
     };
     let mut coll = coll;
-    let r = dispatch(t, algo, &step, &mut coll, dtype);
+    let entered =
+        if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, coll.fingerprint(dtype, coll.call().map(|_| algo))) };
+    let r = match entered {
+        Ok(()) => dispatch(t, algo, &step, &mut coll, dtype),
+        Err(e) => Err(t.fail(e)),
+    };
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }
 
@@ -284,7 +310,7 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
             }
             finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
         }
-        Coll::AllToAll { send, send_blocks, recv, recv_blocks } => {
+        Coll::AllToAll { send, send_blocks, recv, recv_blocks, .. } => {
             if n > 1 && algo == Algo::Bruck {
                 bruck::all_to_all(t, s, send, recv, send_blocks[0].len())?;
             } else {

@@ -1,34 +1,37 @@
 //! What every message on a link carries, and the receive logic shared by both link types.
 //!
-//! A message is a 16-byte header (tag u64, payload length u64, little endian) followed by the
-//! payload. Links deliver messages from one peer in order; a receiver asks for the next message
+//! A message is a 32-byte header (tag u64, payload length u64, the call's fingerprint as two
+//! u64, little endian; see `fingerprint.rs`) followed by the payload. Links deliver messages from one peer in order; a receiver asks for the next message
 //! with a given tag. A message with another point-to-point tag is read aside into the stash,
 //! where a later receive finds it (MPI's unexpected-message queue). A collective message with a
 //! tag other than the one expected means the ranks disagree on their sequence of calls.
 
 use std::collections::{HashMap, VecDeque};
 
+use super::fingerprint::{Calls, Fingerprint};
 use super::LinkError;
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 
-pub(crate) const HEADER: usize = 16;
+pub(crate) const HEADER: usize = 32;
 /// Tags of collectives have the top bit set; the rest is the communicator's call sequence number.
 pub(crate) const COLL_BIT: u64 = 1 << 63;
 /// Largest message a receiver will set aside when it was not expecting it.
 const MAX_STASHED: u64 = 1 << 34;
 
-pub(crate) fn encode_header(tag: u64, len: usize) -> [u8; HEADER] {
+/// The header of a message; `call` is the sender's fingerprint for a collective's message,
+/// `Fingerprint::NONE` for a point-to-point one.
+pub(crate) fn encode_header(tag: u64, len: usize, call: Fingerprint) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
-    h[..8].copy_from_slice(&tag.to_le_bytes());
-    h[8..].copy_from_slice(&(len as u64).to_le_bytes());
+    for (i, w) in [tag, len as u64, call.word, call.count].into_iter().enumerate() {
+        h[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
     h
 }
 
-pub(crate) fn decode_header(b: &[u8]) -> (u64, u64) {
-    let tag = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-    let len = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
-    (tag, len)
+pub(crate) fn decode_header(b: &[u8]) -> (u64, u64, Fingerprint) {
+    let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    (w(0), w(1), Fingerprint { word: w(2), count: w(3) })
 }
 
 pub(crate) fn describe_tag(tag: u64) -> String {
@@ -106,12 +109,13 @@ pub(crate) struct RxState {
 }
 
 impl RxState {
-    /// Advances the receive of a message tagged `tag` into `sink`. Returns (progressed, finished).
+    /// Advances the receive of a message tagged `tag` into `sink`; a collective's message must
+    /// carry this rank's fingerprint of the call (`calls.now`). Returns (progressed, finished).
     pub fn step<S: ByteSource>(
         &mut self,
         src: &mut S,
         peer: usize,
-        tag: u64,
+        (tag, calls): (u64, &Calls),
         sink: &mut Sink<'_>,
         budget: usize,
     ) -> Result<(bool, bool), LinkError> {
@@ -132,21 +136,25 @@ impl RxState {
                     if avail.len() < S::HEADER_SPAN {
                         return Ok((progressed, false));
                     }
-                    let (got_tag, len) = decode_header(avail);
+                    let (got_tag, len, theirs) = decode_header(avail);
                     src.consume(S::HEADER_SPAN);
                     progressed = true;
                     if got_tag == tag {
+                        check_call(peer, tag, theirs, calls.now.1)?;
                         check_len(peer, tag, len, sink.len())?;
                         self.progress = RxProgress::Matched { tag, done: 0, len: len as usize };
                     } else if got_tag & COLL_BIT != 0 && tag & COLL_BIT != 0 {
-                        return Err(LinkError::Mismatch {
-                            peer,
-                            detail: format!(
-                                "it sent data of {} while this rank waits for {}",
-                                describe_tag(got_tag),
-                                describe_tag(tag)
-                            ),
-                        });
+                        let mine = match calls.of(got_tag & !COLL_BIT) {
+                            Some(fp) => format!(" where this rank called {fp}"),
+                            None => String::new(),
+                        };
+                        let detail = format!(
+                            "it sent data of {}, {theirs},{mine} while this rank is in {}, {}",
+                            describe_tag(got_tag),
+                            describe_tag(tag),
+                            calls.now.1
+                        );
+                        return Err(LinkError::Mismatch { peer, detail });
                     } else {
                         self.progress = stashing(peer, got_tag, len)?;
                     }
@@ -229,7 +237,7 @@ impl RxState {
                     if avail.len() < S::HEADER_SPAN {
                         return Ok(false);
                     }
-                    let (got_tag, len) = decode_header(avail);
+                    let (got_tag, len, _) = decode_header(avail);
                     if got_tag == tag {
                         return Ok(true);
                     }
@@ -255,6 +263,17 @@ fn stashing(peer: usize, tag: u64, len: u64) -> Result<RxProgress, LinkError> {
         detail: format!("cannot allocate {len} bytes for an unexpected message"),
     })?;
     Ok(RxProgress::Stashing { tag, data, len: len as usize })
+}
+
+/// Both sides of a collective's message must be in the same call.
+fn check_call(peer: usize, tag: u64, theirs: Fingerprint, mine: Fingerprint) -> Result<(), LinkError> {
+    if tag & COLL_BIT == 0 || theirs == mine {
+        return Ok(());
+    }
+    Err(LinkError::Mismatch {
+        peer,
+        detail: format!("in {} it called {theirs}, this rank called {mine}", describe_tag(tag)),
+    })
 }
 
 fn check_len(peer: usize, tag: u64, got: u64, want: usize) -> Result<(), LinkError> {
@@ -295,7 +314,7 @@ mod tests {
     }
 
     fn message(tag: u64, payload: &[u8]) -> Vec<u8> {
-        let mut m = encode_header(tag, payload.len()).to_vec();
+        let mut m = encode_header(tag, payload.len(), Fingerprint::NONE).to_vec();
         m.extend_from_slice(payload);
         m
     }
@@ -317,17 +336,18 @@ mod tests {
         assert!(found, "the tag-9 message behind a tag-5 one was never found");
         // Probing did not consume the match; the tag-5 message waits in the stash.
         let mut nine = [0u8; 8];
-        while !rx.step(&mut src, 1, 9, &mut Sink::Copy(&mut nine), 1 << 20).unwrap().1 {}
+        while !rx.step(&mut src, 1, (9, &Calls::default()), &mut Sink::Copy(&mut nine), 1 << 20).unwrap().1 {}
         assert_eq!(nine, [2; 8]);
         let mut five = [0u8; 40];
-        assert!(rx.step(&mut src, 1, 5, &mut Sink::Copy(&mut five), 1 << 20).unwrap().1);
+        assert!(rx.step(&mut src, 1, (5, &Calls::default()), &mut Sink::Copy(&mut five), 1 << 20).unwrap().1);
         assert_eq!(five, [1; 40]);
         // A collective's message is not set aside for a receive of another tag.
         for _ in 0..10 {
             assert!(!rx.probe(&mut src, 1, 9).unwrap());
         }
         let mut coll = [0u8; 4];
-        while !rx.step(&mut src, 1, COLL_BIT | 3, &mut Sink::Copy(&mut coll), 1 << 20).unwrap().1 {}
+        while !rx.step(&mut src, 1, (COLL_BIT | 3, &Calls::default()), &mut Sink::Copy(&mut coll), 1 << 20).unwrap().1 {
+        }
         assert_eq!(coll, [3; 4]);
     }
 }

@@ -4,6 +4,8 @@
 //! progress together until all are done, as one step of a schedule. Whether a peer is reached
 //! through shared memory or TCP is decided at setup and invisible above this module.
 
+mod board;
+pub(crate) mod fingerprint;
 mod frame;
 mod posted;
 mod ring;
@@ -15,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub(crate) use fingerprint::{CallShape, Calls, Fingerprint};
 use frame::RxState;
 pub use frame::Sink;
 pub(crate) use frame::COLL_BIT;
@@ -276,9 +279,10 @@ impl Transport {
         if self.posted.is_empty() {
             return Ok(false);
         }
+        let calls = self.waiter.calls;
         let links = std::cell::RefCell::new(&mut self.links);
         self.posted.progress(
-            |peer, x, sp| step(links.borrow_mut()[peer].as_mut().expect("checked when posted"), peer, x, sp),
+            |peer, x, sp| step(links.borrow_mut()[peer].as_mut().expect("checked when posted"), peer, x, sp, &calls),
             |peer, tag| probe(links.borrow_mut()[peer].as_mut().expect("a linked peer"), peer, tag),
         )
     }
@@ -307,7 +311,7 @@ impl Transport {
                     continue;
                 }
                 let link = self.links[p].as_mut().expect("checked above");
-                let (prog, done) = step(link, p, &mut xfers[i], &mut st[i].send)?;
+                let (prog, done) = step(link, p, &mut xfers[i], &mut st[i].send, &self.waiter.calls)?;
                 progressed |= prog;
                 if done {
                     st[i].done = true;
@@ -390,11 +394,19 @@ fn probe(link: &mut Link, peer: usize, tag: u64) -> Result<bool, LinkError> {
     }
 }
 
-fn step(link: &mut Link, peer: usize, x: &mut Xfer<'_>, send: &mut SendProgress) -> Result<(bool, bool), LinkError> {
+/// Advances one transfer; a collective's messages carry (and must match) this rank's call.
+fn step(
+    link: &mut Link,
+    peer: usize,
+    x: &mut Xfer<'_>,
+    send: &mut SendProgress,
+    calls: &Calls,
+) -> Result<(bool, bool), LinkError> {
+    let with_call = |tag: u64| (tag, if tag & COLL_BIT != 0 { calls.now.1 } else { Fingerprint::NONE });
     match (x, &mut link.wire) {
-        (Xfer::Send { tag, data, .. }, Wire::Shm { tx, .. }) => Ok(tx.send(*tag, data, send, BUDGET)),
-        (Xfer::Send { tag, data, .. }, Wire::Tcp(t)) => t.send(*tag, data, send),
-        (Xfer::Recv { tag, sink, .. }, Wire::Shm { rx, .. }) => link.rx.step(rx, peer, *tag, sink, BUDGET),
-        (Xfer::Recv { tag, sink, .. }, Wire::Tcp(t)) => link.rx.step(t, peer, *tag, sink, BUDGET),
+        (Xfer::Send { tag, data, .. }, Wire::Shm { tx, .. }) => Ok(tx.send(with_call(*tag), data, send, BUDGET)),
+        (Xfer::Send { tag, data, .. }, Wire::Tcp(t)) => t.send(with_call(*tag), data, send),
+        (Xfer::Recv { tag, sink, .. }, Wire::Shm { rx, .. }) => link.rx.step(rx, peer, (*tag, calls), sink, BUDGET),
+        (Xfer::Recv { tag, sink, .. }, Wire::Tcp(t)) => link.rx.step(t, peer, (*tag, calls), sink, BUDGET),
     }
 }

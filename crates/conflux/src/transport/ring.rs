@@ -16,6 +16,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::fingerprint::Fingerprint;
 use super::frame::{encode_header, ByteSource, HEADER};
 use super::shm::Segment;
 use super::wait::ring_doorbell;
@@ -82,7 +83,13 @@ impl ShmTx {
 
     /// Writes as much of the message as fits, up to about `budget` payload bytes. Returns
     /// (progressed, finished).
-    pub fn send(&mut self, tag: u64, data: &[u8], st: &mut SendProgress, budget: usize) -> (bool, bool) {
+    pub fn send(
+        &mut self,
+        (tag, call): (u64, Fingerprint),
+        data: &[u8],
+        st: &mut SendProgress,
+        budget: usize,
+    ) -> (bool, bool) {
         let cap = self.seg.layout.ring_cap as u64;
         let mut claimed = 0usize;
         let mut progressed = false;
@@ -93,7 +100,7 @@ impl ShmTx {
             let at = self.data_off + (self.tail % cap) as usize;
             // SAFETY: the RECORD bytes at our tail are free ring space (checked above), which
             // only the sender touches until it publishes them.
-            unsafe { self.seg.bytes_mut(at, HEADER) }.copy_from_slice(&encode_header(tag, data.len()));
+            unsafe { self.seg.bytes_mut(at, HEADER) }.copy_from_slice(&encode_header(tag, data.len(), call));
             st.header_done = true;
             claimed = RECORD;
             progressed = true;
@@ -207,7 +214,7 @@ mod tests {
             let mut rounds = 0;
             while !(sent && received) {
                 if !sent {
-                    sent = tx.send(m as u64, &data, &mut st, budget).1;
+                    sent = tx.send((m as u64, Fingerprint::NONE), &data, &mut st, budget).1;
                 }
                 let mut sink = if reduce {
                     Sink::Reduce { buf: &mut got, dtype: DataType::I32, op: ReduceOp::Sum }
@@ -215,7 +222,8 @@ mod tests {
                     Sink::Copy(&mut got)
                 };
                 if !received {
-                    received = rxs.step(&mut rx, 0, m as u64, &mut sink, budget.max(3) - 3).unwrap().1;
+                    received =
+                        rxs.step(&mut rx, 0, (m as u64, &Default::default()), &mut sink, budget.max(3) - 3).unwrap().1;
                 }
                 rounds += 1;
                 assert!(rounds < 100_000, "no progress");

@@ -8,6 +8,7 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
 
+use super::fingerprint::Fingerprint;
 use super::frame::{encode_header, ByteSource, HEADER};
 use super::ring::SendProgress;
 use super::LinkError;
@@ -56,8 +57,13 @@ impl TcpLink {
     }
 
     /// Writes as much of the message as the socket takes now. Returns (progressed, finished).
-    pub fn send(&mut self, tag: u64, data: &[u8], st: &mut SendProgress) -> Result<(bool, bool), LinkError> {
-        let header = encode_header(tag, data.len());
+    pub fn send(
+        &mut self,
+        (tag, call): (u64, Fingerprint),
+        data: &[u8],
+        st: &mut SendProgress,
+    ) -> Result<(bool, bool), LinkError> {
+        let header = encode_header(tag, data.len(), call);
         let mut progressed = false;
         loop {
             // `done` counts header bytes first, then payload bytes.

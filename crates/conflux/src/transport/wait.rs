@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::thread::futex;
 
+use super::fingerprint::{Calls, Fingerprint};
 use super::shm::Segment;
-use super::LinkError;
+use super::{board, LinkError};
 use crate::store::{Event, Monitor};
 
 /// Longest a sleeper sleeps before it checks liveness, abort and the deadline again.
@@ -63,6 +64,10 @@ pub(crate) struct Waiter {
     left: Vec<(usize, bool)>,
     /// What the store said about this communicator's ranks so far, for `explain`.
     clues: Vec<Clue>,
+    /// This communicator's rank of each rank of the segment, by segment index.
+    pub(crate) seg_ranks: Vec<usize>,
+    /// The collective this rank is in and the one before, published on the call board.
+    pub(crate) calls: Calls,
     /// The last error came from the store, which names root causes itself: nothing to explain.
     from_store: bool,
 }
@@ -99,8 +104,35 @@ impl Waiter {
             exited_seen: Vec::new(),
             left: Vec::new(),
             clues: Vec::new(),
+            seg_ranks: Vec::new(),
+            calls: Calls::default(),
             from_store: false,
         }
+    }
+
+    /// Enters collective call `seq`: local peers can now compare their call with it. Fails if
+    /// a local peer made another call at this number or the one before.
+    pub fn enter_call(&mut self, seq: u64, call: Fingerprint) -> Result<(), LinkError> {
+        self.calls.enter(seq, call);
+        let Some(seg) = &self.seg else { return Ok(()) };
+        board::publish(seg, self.me_local, seq, call);
+        self.check_board(self.calls.before)?;
+        self.check_board(self.calls.now)
+    }
+
+    /// Fails if a local peer made call `seq` with another fingerprint than `mine`.
+    fn check_board(&self, (seq, mine): (u64, Fingerprint)) -> Result<(), LinkError> {
+        let Some(seg) = &self.seg else { return Ok(()) };
+        for (i, &peer) in self.seg_ranks.iter().enumerate() {
+            match board::read(seg, i, seq) {
+                Some(theirs) if i != self.me_local && theirs != mine => {
+                    let detail = format!("in collective call #{seq} it called {theirs}, this rank called {mine}");
+                    return Err(LinkError::Mismatch { peer, detail });
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Called between fruitless progress passes while spinning.
@@ -191,12 +223,14 @@ impl Waiter {
         Ok(())
     }
 
-    /// Fails if an awaited local peer's process has exited, or the store reported a failure.
+    /// Fails if an awaited local peer's process has exited, a local peer is in this rank's call
+    /// number with another call, or the store reported a failure.
     ///
     /// A peer that exits after sending its last message is not a failure, and its last bytes
     /// may land just before its exit is seen; so an exit counts only when the peer is still
     /// awaited at the next look, after another progress pass.
     pub fn check_liveness(&mut self, awaited: &[usize]) -> Result<(), LinkError> {
+        self.check_board(self.calls.now)?;
         if !self.pidfds.is_empty() {
             let mut fds: Vec<PollFd<'_>> = self.pidfds.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)).collect();
             let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };

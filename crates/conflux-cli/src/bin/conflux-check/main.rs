@@ -4,6 +4,7 @@
 //! it, and it is a quick way to validate an installation.
 
 mod algos;
+mod calls;
 mod fusion;
 mod groups;
 
@@ -522,6 +523,7 @@ fn main() -> ExitCode {
             return scenario_kill(comm, victim, args.get(2).is_some_and(|a| a == "group"));
         }
         "mismatch" => return scenario_mismatch(comm),
+        "calls" => return calls::scenario_calls(comm, args.get(1).map_or("op", String::as_str)),
         "leave" => {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
             return scenario_leave(comm, victim);
@@ -547,7 +549,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);

@@ -1,0 +1,176 @@
+//! What a collective call is, in 16 bytes that every message of the call carries.
+//!
+//! Ranks that disagree on a call — another operation, dtype, count, root, reduce op or
+//! algorithm at the same place in their sequence of calls — would otherwise hang or compute a
+//! wrong answer without a word (nccl#1417). So every message of a collective carries the
+//! sender's fingerprint of its call (in the message header; in the direct algorithm's
+//! descriptor), and a receiver compares it with its own before it takes the payload. The
+//! fingerprint is decodable, not a hash, so the error can say what both sides called.
+//!
+//! `word`: bits 0–7 operation (0 for point-to-point), 8–15 dtype, 16–23 reduce op + 1 (0: none),
+//! 24–31 algorithm + 1 (0: none), 32–63 root + 1 (0: none). `count`: bits 0–47 elements
+//! (all of them, as every rank counts them; `UNEVEN` for all_to_all_v, whose counts differ by
+//! rank), 48–63 pieces of a coalesced call (saturating).
+
+use std::fmt;
+
+use crate::algo::{Algo, OpKind};
+use crate::dtype::{DataType, ReduceOp};
+
+/// The collective a rank is in and the one before it, as (call number, fingerprint).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Calls {
+    pub now: (u64, Fingerprint),
+    pub before: (u64, Fingerprint),
+}
+
+impl Calls {
+    pub fn enter(&mut self, seq: u64, call: Fingerprint) {
+        self.before = std::mem::replace(&mut self.now, (seq, call));
+    }
+
+    /// This rank's call number `seq`, if it is one of the two.
+    pub fn of(&self, seq: u64) -> Option<Fingerprint> {
+        [self.now, self.before].into_iter().find(|c| c.0 == seq && seq != 0).map(|c| c.1)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fingerprint {
+    pub word: u64,
+    pub count: u64,
+}
+
+const BARRIER: u64 = 0xff;
+const ELEMS: u64 = (1 << 48) - 1;
+/// The count of an all_to_all_v, which differs by rank; its lengths are checked per message.
+const UNEVEN: u64 = ELEMS;
+
+fn index<T: PartialEq>(all: &[T], x: &T) -> u64 {
+    all.iter().position(|a| a == x).unwrap_or(0) as u64
+}
+
+/// What `Fingerprint::new` is told about a call.
+pub struct CallShape {
+    pub op: Option<OpKind>,
+    pub dtype: DataType,
+    pub elems: usize,
+    pub pieces: usize,
+    pub uneven: bool,
+    pub reduce: Option<ReduceOp>,
+    pub root: Option<usize>,
+    pub algo: Option<Algo>,
+}
+
+impl Fingerprint {
+    /// Point-to-point messages carry no call.
+    pub const NONE: Fingerprint = Fingerprint { word: 0, count: 0 };
+
+    /// The fingerprint of a collective; `op: None` is a barrier.
+    pub fn new(c: &CallShape) -> Fingerprint {
+        let op = c.op.map_or(BARRIER, |o| index(&OpKind::ALL, &o) + 1);
+        let dtype = index(&DataType::ALL, &c.dtype);
+        let reduce = c.reduce.map_or(0, |r| index(&ReduceOp::ALL, &r) + 1);
+        let algo = c.algo.map_or(0, |a| index(&Algo::ALL, &a) + 1);
+        let root = c.root.map_or(0, |r| (r as u64 + 1).min(u32::MAX as u64));
+        let elems = if c.uneven { UNEVEN } else { (c.elems as u64).min(ELEMS - 1) };
+        Fingerprint {
+            word: op | dtype << 8 | reduce << 16 | algo << 24 | root << 32,
+            count: elems | (c.pieces.min(0xffff) as u64) << 48,
+        }
+    }
+
+    fn field(&self, shift: u32) -> usize {
+        ((self.word >> shift) & 0xff) as usize
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.field(0) {
+            0 => return f.write_str("a point-to-point transfer"),
+            0xff => return f.write_str("barrier"),
+            i => OpKind::ALL.get(i - 1).map_or("an unknown operation", |o| o.name()),
+        };
+        let dtype = DataType::ALL.get(self.field(8)).map_or("?", |d| d.name());
+        match self.count & ELEMS {
+            UNEVEN => write!(f, "{op}_v({dtype}")?,
+            n => write!(f, "{op}({dtype} x {n}")?,
+        }
+        if let Some(r) = self.field(16).checked_sub(1) {
+            write!(f, ", {}", ReduceOp::ALL.get(r).map_or("?", |r| r.name()))?;
+        }
+        if let Some(root) = (self.word >> 32).checked_sub(1) {
+            write!(f, ", root={root}")?;
+        }
+        let pieces = self.count >> 48;
+        if pieces > 1 {
+            write!(f, ", {pieces} tensors")?;
+        }
+        f.write_str(")")?;
+        if let Some(a) = self.field(24).checked_sub(1) {
+            write!(f, " by {}", Algo::ALL.get(a).map_or("?", |a| a.name()))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(op: Option<OpKind>) -> CallShape {
+        CallShape {
+            op,
+            dtype: DataType::F32,
+            elems: 1024,
+            pieces: 1,
+            uneven: false,
+            reduce: None,
+            root: None,
+            algo: None,
+        }
+    }
+
+    #[test]
+    fn reads_back_as_the_call() {
+        let ar = CallShape { reduce: Some(ReduceOp::Sum), algo: Some(Algo::Ring), ..shape(Some(OpKind::AllReduce)) };
+        assert_eq!(Fingerprint::new(&ar).to_string(), "all_reduce(float x 1024, sum) by ring");
+        let bc = CallShape { root: Some(1), algo: Some(Algo::Tree), ..shape(Some(OpKind::Broadcast)) };
+        assert_eq!(Fingerprint::new(&bc).to_string(), "broadcast(float x 1024, root=1) by tree");
+        let v = CallShape { uneven: true, ..shape(Some(OpKind::AllToAll)) };
+        assert_eq!(Fingerprint::new(&v).to_string(), "all_to_all_v(float)");
+        assert_eq!(Fingerprint::new(&shape(None)).to_string(), "barrier");
+        let fused = CallShape { pieces: 3, dtype: DataType::BF16, ..shape(Some(OpKind::AllReduce)) };
+        assert_eq!(Fingerprint::new(&fused).to_string(), "all_reduce(bfloat16 x 1024, 3 tensors)");
+    }
+
+    #[test]
+    fn every_field_tells_calls_apart() {
+        let base = CallShape { reduce: Some(ReduceOp::Sum), root: Some(0), ..shape(Some(OpKind::Reduce)) };
+        let fp = Fingerprint::new(&base);
+        let variants = [
+            CallShape { op: Some(OpKind::AllReduce), ..shape(None) },
+            CallShape {
+                dtype: DataType::I32,
+                reduce: Some(ReduceOp::Sum),
+                root: Some(0),
+                ..shape(Some(OpKind::Reduce))
+            },
+            CallShape { elems: 1025, reduce: Some(ReduceOp::Sum), root: Some(0), ..shape(Some(OpKind::Reduce)) },
+            CallShape { reduce: Some(ReduceOp::Max), root: Some(0), ..shape(Some(OpKind::Reduce)) },
+            CallShape { reduce: Some(ReduceOp::Sum), root: Some(1), ..shape(Some(OpKind::Reduce)) },
+            CallShape {
+                reduce: Some(ReduceOp::Sum),
+                root: Some(0),
+                algo: Some(Algo::Chain),
+                ..shape(Some(OpKind::Reduce))
+            },
+            CallShape { reduce: Some(ReduceOp::Sum), root: Some(0), pieces: 2, ..shape(Some(OpKind::Reduce)) },
+        ];
+        for v in &variants {
+            assert_ne!(Fingerprint::new(v), fp, "{} and {fp} look alike", Fingerprint::new(v));
+        }
+        assert_ne!(fp, Fingerprint::NONE);
+    }
+}
