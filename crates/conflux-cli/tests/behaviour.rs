@@ -158,6 +158,44 @@ fn mismatched_calls_fail_every_rank_showing_both() {
     }
 }
 
+/// A rank stopped by SIGSTOP (alive, silent): the others fail at their 2 s deadline naming it,
+/// each dumping its flight recorder (the call it waits in, and where its local peers are) to
+/// stderr and to CONFLUX_DUMP_DIR.
+#[test]
+fn a_stopped_rank_is_named_at_the_deadline_with_flight_recorders() {
+    for transport in ["shm", "tcp"] {
+        let dir = std::env::temp_dir().join(format!("conflux-dump-{}-{transport}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (n, victim) = (3, 2);
+        let mut children = spawn_ranks(n, &["stuck", &victim.to_string()], |_| {
+            vec![
+                ("CONFLUX_TRANSPORT".into(), transport.into()),
+                ("CONFLUX_TIMEOUT_S".into(), "2".into()),
+                ("CONFLUX_DUMP_DIR".into(), dir.display().to_string()),
+            ]
+        });
+        let mut stopped = children.remove(victim);
+        for (r, child) in children.into_iter().enumerate() {
+            let (out, took) = wait_output(child, Duration::from_secs(60));
+            let (t, err) = (text(&out), String::from_utf8_lossy(&out.stderr).into_owned());
+            let ctx = format!("rank {r} over {transport} after {took:?}:\n{t}");
+            assert!(out.status.success() && t.contains("STUCK-DETECTED"), "{ctx}");
+            assert!(t.contains(&format!("waiting for rank(s) [{victim}]")), "{ctx}");
+            assert!(err.contains("conflux flight recorder") && err.contains("#6 all_reduce"), "{ctx}");
+            assert!(err.contains("not finished") && err.contains("#5 all_reduce(float x 1000, sum)"), "{ctx}");
+            if transport == "shm" {
+                assert!(err.contains(&format!("local rank {victim} last entered #5")), "{ctx}");
+            }
+            let file = dir.join(format!("conflux-rank{r}-conflux-lane0.txt"));
+            let dumped = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}\n{ctx}", file.display()));
+            assert!(dumped.contains("#6 all_reduce"), "{dumped}");
+        }
+        let _ = stopped.kill();
+        let _ = stopped.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// `conflux run` stops the job within 5 s of a rank's death and names that rank.
 #[test]
 fn launcher_names_the_dead_rank() {

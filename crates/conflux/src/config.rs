@@ -101,6 +101,9 @@ pub struct Config {
     /// Bytes a gradient bucket holds before the `Bucketer` launches it (`CONFLUX_BUCKET_MB`,
     /// default 25, as DDP's bucket_cap_mb).
     pub bucket_bytes: usize,
+    /// Where each rank writes its flight recorder when a call times out or fails, besides
+    /// stderr (`CONFLUX_DUMP_DIR`; unset, stderr only).
+    pub dump_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -118,6 +121,7 @@ impl Default for Config {
             socket_buf_bytes: None,
             spin: None,
             bucket_bytes: 25 << 20,
+            dump_dir: None,
         }
     }
 }
@@ -141,6 +145,7 @@ impl Config {
         }
         c.tune_file = var("CONFLUX_TUNE_FILE").map(Into::into);
         c.node_id = var("CONFLUX_NODE_ID");
+        c.dump_dir = var("CONFLUX_DUMP_DIR").map(Into::into);
         size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;
         size_var("CONFLUX_SHM_CHUNK", &mut c.shm_chunk_bytes)?;
         size_var("CONFLUX_TCP_CHUNK", &mut c.tcp_chunk_bytes)?;

@@ -20,6 +20,7 @@ use super::session::Session;
 use crate::algo::select::{Model, Topo};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::transport::recorder::Recorder;
 use crate::transport::wait::Waiter;
 use crate::transport::{Segment, Transport};
 
@@ -115,6 +116,9 @@ impl Core {
                 local_size = local_ranks.len();
                 (topo, model) = (transport.topo.clone(), transport.model);
             }
+            let label = format!("communicator {prefix:?}, {} lane", if lane == 0 { "normal" } else { "high-priority" });
+            let stem = format!("{prefix}-lane{lane}");
+            transport.recorder = Arc::new(Recorder::new(world[rank], label, &stem, config.dump_dir.clone()));
             let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
             let (engine, thread) = Engine::start(transport, world[rank], lane)?;
             let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, call_algo: None };

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::transport::recorder::Recorder;
 use crate::transport::Transport;
 
 type Job = Box<dyn FnOnce(&mut Transport) + Send>;
@@ -42,6 +43,7 @@ pub(crate) struct Engine {
     /// Signalled for the engine thread: a job was queued, one may now be next, or stop.
     work: Condvar,
     transport: Mutex<Transport>,
+    recorder: Arc<Recorder>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -63,6 +65,7 @@ impl Engine {
             }),
             turn: Condvar::new(),
             work: Condvar::new(),
+            recorder: transport.recorder.clone(),
             transport: Mutex::new(transport),
         });
         let e = engine.clone();
@@ -78,8 +81,9 @@ impl Engine {
         loop {
             let ready = q.jobs.front().is_some_and(|(t, _)| *t == q.finished);
             if ready {
-                let (_, job) = q.jobs.pop_front().expect("front exists");
+                let (ticket, job) = q.jobs.pop_front().expect("front exists");
                 drop(q);
+                self.recorder.dequeued(ticket);
                 job(&mut lock(&self.transport));
                 q = lock(&self.queue);
                 self.finished(&mut q);
@@ -118,11 +122,13 @@ impl Engine {
         }
     }
 
-    /// Queues `job` to run on the engine thread after everything issued before it.
-    pub fn submit(&self, job: Job) {
+    /// Queues `job` (`what`, for the flight recorder) to run on the engine thread after
+    /// everything issued before it.
+    pub fn submit(&self, what: String, job: Job) {
         let mut q = lock(&self.queue);
         let t = q.issued;
         q.issued += 1;
+        self.recorder.queued(t, what);
         q.jobs.push_back((t, job));
         self.work.notify_one();
     }

@@ -246,7 +246,7 @@ impl Communicator {
         what: String,
         job: impl FnOnce(&mut Transport, &Plan) -> Result<T> + Send + 'static,
     ) -> Work<T> {
-        let (work, done) = Work::new(what);
+        let (work, done) = Work::new(what.clone());
         if let Err(e) = self.usable() {
             done.complete(Err(e));
             return work;
@@ -255,10 +255,13 @@ impl Communicator {
         // Not the core itself: a job holding the last reference would tear the communicator
         // down on its own engine thread, which then waits for itself (and says no goodbye).
         let busy = HighBusy::counter(&self.core, self.lane);
-        self.lane().engine.submit(Box::new(move |t| {
-            let _busy = HighBusy::new(busy);
-            done.complete(job(t, &plan))
-        }));
+        self.lane().engine.submit(
+            what,
+            Box::new(move |t| {
+                let _busy = HighBusy::new(busy);
+                done.complete(job(t, &plan))
+            }),
+        );
         work
     }
 
@@ -527,11 +530,14 @@ impl Communicator {
             return work;
         }
         let deadline = Instant::now() + self.timeout();
-        let posted = Box::new(PostedOwned { buf, done, what, make: |b, peer| (b, peer) });
-        self.lane().engine.submit(Box::new(move |t| {
-            let peers = t.peers();
-            t.post(Posted::recv_any(peers, u64::from(tag), deadline, posted))
-        }));
+        let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, peer| (b, peer) });
+        self.lane().engine.submit(
+            what,
+            Box::new(move |t| {
+                let peers = t.peers();
+                t.post(Posted::recv_any(peers, u64::from(tag), deadline, posted))
+            }),
+        );
         work
     }
 
@@ -549,8 +555,10 @@ impl Communicator {
             return work;
         }
         let deadline = Instant::now() + self.timeout();
-        let posted = Box::new(PostedOwned { buf, done, what, make: |b, _| b });
-        self.lane().engine.submit(Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
+        let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, _| b });
+        self.lane()
+            .engine
+            .submit(what, Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
         work
     }
 

@@ -12,6 +12,7 @@ use crate::config::AlgoSpec;
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::reduce;
+use crate::transport::recorder::What;
 use crate::transport::{CallShape, Fingerprint, LinkError, Sink, Transport, Xfer, COLL_BIT};
 
 /// A call's buffers, as bytes, in the in-place form every algorithm works on.
@@ -154,6 +155,20 @@ impl Coll<'_> {
         Fingerprint::new(&CallShape { op, dtype, elems, pieces, uneven, reduce: self.op(), root, algo })
     }
 
+    /// What the flight recorder keeps of this call.
+    fn recorded(&self, seq: u64, call: Fingerprint, dtype: DataType) -> What {
+        let count = |b: &[u8]| b.len() / dtype.size();
+        match self {
+            Coll::Send { data, peer, tag } => {
+                What::P2p { send: true, peer: *peer, tag: *tag, dtype, count: count(data) }
+            }
+            Coll::Recv { buf, peer, tag } => {
+                What::P2p { send: false, peer: *peer, tag: *tag, dtype, count: count(buf) }
+            }
+            _ => What::Coll { seq, call },
+        }
+    }
+
     /// The reduce op of a reducing call.
     fn op(&self) -> Option<ReduceOp> {
         match self {
@@ -185,12 +200,14 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         Step { tag: COLL_BIT | t.seq, ..step }
     };
     let mut coll = coll;
-    let entered =
-        if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, coll.fingerprint(dtype, coll.call().map(|_| algo))) };
+    let call = coll.fingerprint(dtype, coll.call().map(|_| algo));
+    let mark = t.recorder.started(coll.recorded(t.seq, call, dtype));
+    let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call) };
     let r = match entered {
         Ok(()) => dispatch(t, algo, &step, &mut coll, dtype),
         Err(e) => Err(t.fail(e)),
     };
+    t.recorder.ended(mark, r.is_ok());
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }
 

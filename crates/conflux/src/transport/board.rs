@@ -53,6 +53,13 @@ pub(crate) fn read(seg: &Segment, i: usize, seq: u64) -> Option<Fingerprint> {
     (seg.u64_at(num).load(Ordering::Relaxed) == before).then_some(fp)
 }
 
+/// The newest call rank `i` has published, if any.
+pub(crate) fn latest(seg: &Segment, i: usize) -> Option<(u64, Fingerprint)> {
+    let numbers = [0, 1].map(|p| seg.u64_at(seg.layout.board(i, p)).load(Ordering::Acquire));
+    let seq = numbers.into_iter().filter(|&n| n != EMPTY && n != 0).max()?;
+    read(seg, i, seq).map(|fp| (seq, fp))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +80,8 @@ mod tests {
         assert_eq!((read(&seg, 1, 7), read(&seg, 1, 8)), (Some(fp), Some(next)));
         publish(&seg, 1, 9, next);
         assert_eq!(read(&seg, 1, 7), None);
+        assert_eq!(latest(&seg, 1), Some((9, next)));
+        assert_eq!(latest(&seg, 2), None);
         // The direct algorithm's descriptors share the line and are not disturbed.
         for w in 0..8 {
             assert_eq!(seg.u64_at(seg.layout.desc(1, 0) + 8 * w).load(Ordering::Relaxed), 0);

@@ -8,6 +8,7 @@ mod board;
 pub(crate) mod fingerprint;
 mod frame;
 mod posted;
+pub(crate) mod recorder;
 mod ring;
 pub(crate) mod shm;
 mod tcp;
@@ -142,6 +143,8 @@ pub struct Transport {
     pub(crate) direct_gen: u64,
     /// Collectives run so far; numbers the tags of their messages.
     pub(crate) seq: u64,
+    /// The last operations and their state, dumped when this transport fails.
+    pub(crate) recorder: Arc<recorder::Recorder>,
     /// Asynchronous sends and receives progressing in the background.
     pub(crate) posted: PostedQueue,
     /// Operations running on a higher-priority lane of the same communicator; while there are
@@ -178,6 +181,7 @@ impl Transport {
             broken: None,
             direct_gen: 0,
             seq: 0,
+            recorder: Arc::new(recorder::Recorder::new(rank, String::new(), "", None)),
             posted: PostedQueue::default(),
             give_way: None,
             staging: Vec::new(),
@@ -211,6 +215,9 @@ impl Transport {
     /// transport's sticky state, tells the other ranks, fails posted transfers, and returns it.
     pub(crate) fn fail(&mut self, e: LinkError) -> LinkError {
         let e = self.waiter.explain(e.into_world(&self.waiter.world));
+        if self.broken.is_none() && e != LinkError::Aborted {
+            self.recorder.dump(&e.to_string(), &self.waiter.peers_calls());
+        }
         self.waiter.report(&e);
         self.broken = Some(e.clone());
         self.posted.fail_all(&e);

@@ -18,19 +18,18 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::thread::futex;
 
+mod explain;
+
 use super::fingerprint::{Calls, Fingerprint};
 use super::shm::Segment;
 use super::{board, LinkError};
 use crate::store::{Event, Monitor};
+use explain::Clue;
 
 /// Longest a sleeper sleeps before it checks liveness, abort and the deadline again.
 const SLICE: Duration = Duration::from_millis(20);
 /// Longest a sleeper waits on sockets when shared-memory work is also pending.
 const MIXED_SLICE: Duration = Duration::from_micros(200);
-/// How long a rank that lost a peer listens for the store to name the root cause.
-const EXPLAIN_WAIT: Duration = Duration::from_millis(300);
-/// Once the store has spoken of a failure, how long `explain` listens for the rest of it.
-const STORE_GRACE: Duration = Duration::from_millis(100);
 
 /// Wakes local rank `i` if it sleeps (the waker's half of the doorbell protocol).
 pub(crate) fn ring_doorbell(seg: &Segment, i: usize) {
@@ -118,6 +117,18 @@ impl Waiter {
         board::publish(seg, self.me_local, seq, call);
         self.check_board(self.calls.before)?;
         self.check_board(self.calls.now)
+    }
+
+    /// Where each local peer is, as its call board says, for the flight recorder's dump.
+    pub fn peers_calls(&self) -> String {
+        let Some(seg) = &self.seg else { return String::new() };
+        let mut s = String::new();
+        for (i, &peer) in self.seg_ranks.iter().enumerate().filter(|&(i, _)| i != self.me_local) {
+            let rank = self.world.get(peer).copied().unwrap_or(peer);
+            let at = board::latest(seg, i).map_or("no collective yet".into(), |(n, fp)| format!("#{n} {fp}"));
+            s += &format!("  local rank {rank} last entered {at}\n");
+        }
+        s
     }
 
     /// Fails if a local peer made call `seq` with another fingerprint than `mine`.
@@ -311,65 +322,6 @@ impl Waiter {
         Ok(())
     }
 
-    /// Traces a lost peer to the failure behind it. When rank A dies, its neighbour B fails,
-    /// reports A to the store and exits; B's other neighbours then see B's link close first.
-    /// So before blaming a vanished peer, listen briefly for the store naming someone else.
-    ///
-    /// `e` is in global ranks, as the store's events are. The evidence, strongest first: a
-    /// failure report naming another rank; another rank's death; a rank that left the job
-    /// (said goodbye) before the peer vanished. The server relays each connection's events in
-    /// its own thread, so a death and the report or goodbye behind it can arrive in either
-    /// order: once the store has said anything about the lost rank, the others get a short
-    /// grace to follow.
-    pub fn explain(&mut self, e: LinkError) -> LinkError {
-        if std::mem::take(&mut self.from_store) {
-            return e;
-        }
-        let LinkError::PeerGone { peer, .. } = &e else {
-            return e;
-        };
-        let peer = *peer;
-        let Some(m) = &mut self.monitor else { return e };
-        let world = self.world.clone();
-        let member = |r: usize| world.iter().position(|&w| w == r);
-        let clues = &mut self.clues;
-        let mut end = Instant::now() + if clues.is_empty() { EXPLAIN_WAIT } else { STORE_GRACE };
-        loop {
-            while let Some(ev) = m.try_event() {
-                match ev {
-                    Event::Failure { culprit, reporter, reason } if culprit != peer => {
-                        return LinkError::Remote { culprit, reporter, reason };
-                    }
-                    Event::Failure { reporter, .. } => clues.push(Clue::Blamed(reporter)),
-                    Event::StoreLost => {}
-                    Event::RankLeft { rank } => {
-                        if let Some(p) = member(rank) {
-                            self.left.push((p, false));
-                            clues.push(Clue::Left(rank));
-                        }
-                    }
-                    Event::RankDied { rank } => {
-                        if member(rank).is_some() {
-                            clues.push(Clue::Died(rank));
-                        }
-                    }
-                }
-                end = end.min(Instant::now() + STORE_GRACE);
-            }
-            let now = Instant::now();
-            if now >= end {
-                return match blame(peer, clues) {
-                    Some((culprit, detail)) => LinkError::PeerGone { peer: culprit, detail },
-                    None => e,
-                };
-            }
-            let mut fds = [PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN)];
-            let ts =
-                rustix::time::Timespec::try_from(end - now).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
-            let _ = poll(&mut fds, Some(&ts));
-        }
-    }
-
     /// Tells every other rank, through the store, that this rank fails because of `culprit`
     /// (`err` is in global ranks).
     pub fn report(&mut self, err: &LinkError) {
@@ -390,43 +342,6 @@ impl Waiter {
         bell.fetch_add(1, Ordering::Release);
         let _ = futex::wake(bell, futex::Flags::empty(), i32::MAX as u32);
     }
-}
-
-/// What the store said about the ranks of a communicator, in global ranks, in its order.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Clue {
-    /// The rank said goodbye: it left the job.
-    Left(usize),
-    /// The rank's line closed without a goodbye.
-    Died(usize),
-    /// The rank reported that it fails because of the lost peer.
-    Blamed(usize),
-}
-
-/// Who is to blame for losing `peer`, from what the store said (`None`: the peer itself, as
-/// the transport saw it). The first rank that left or died is the root cause, unless its
-/// failure is explained: it reported the lost peer, or it is the peer and died (a peer that
-/// died is its own failure, even after a goodbye elsewhere, which may be a rank that simply
-/// finished its part).
-fn blame(peer: usize, clues: &[Clue]) -> Option<(usize, String)> {
-    let explained = |r: usize| clues.contains(&Clue::Blamed(r));
-    let peer_died = clues.contains(&Clue::Died(peer));
-    for c in clues {
-        match *c {
-            Clue::Left(r) if r == peer => return Some((peer, LEFT.into())),
-            Clue::Left(r) if !peer_died && !explained(r) => {
-                let detail =
-                    format!("it left the job while the others still needed it (and rank {peer} failed after it)");
-                return Some((r, detail));
-            }
-            Clue::Died(r) if r == peer => return None,
-            Clue::Died(r) if !explained(r) => {
-                return Some((r, format!("it died (and rank {peer} failed after it)")));
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 /// Why a peer that said goodbye fails a wait for it.
@@ -479,31 +394,5 @@ impl Idle {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{blame, Clue::*};
-
-    #[test]
-    fn the_first_unexplained_departure_is_blamed() {
-        // The peer left; rank 2 died of it and said so: the peer, whichever came first.
-        assert_eq!(blame(1, &[Left(1), Died(2), Blamed(2)]).map(|b| b.0), Some(1));
-        // The peer left cleanly after another rank left: the first leaver.
-        assert_eq!(blame(1, &[Left(0), Left(1)]).map(|b| b.0), Some(0));
-        assert_eq!(blame(1, &[Left(1)]).map(|b| b.0), Some(1));
-        // A third rank died first, unexplained: it is the root cause.
-        assert_eq!(blame(1, &[Died(2), Died(1)]).map(|b| b.0), Some(2));
-        // The dying rank reported the peer: the peer, which left.
-        assert_eq!(blame(1, &[Died(2), Blamed(2), Left(1)]).map(|b| b.0), Some(1));
-    }
-
-    #[test]
-    fn a_peer_that_died_unexplained_is_its_own_failure() {
-        assert_eq!(blame(1, &[Died(1)]), None);
-        // Even after another rank's goodbye, which may be a rank that finished its part.
-        assert_eq!(blame(1, &[Left(0), Died(1)]), None);
-        assert_eq!(blame(1, &[]), None);
     }
 }

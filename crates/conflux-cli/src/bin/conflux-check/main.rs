@@ -7,6 +7,7 @@ mod algos;
 mod calls;
 mod fusion;
 mod groups;
+mod stuck;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -523,6 +524,10 @@ fn main() -> ExitCode {
             return scenario_kill(comm, victim, args.get(2).is_some_and(|a| a == "group"));
         }
         "mismatch" => return scenario_mismatch(comm),
+        "stuck" => {
+            let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
+            return stuck::scenario_stuck(comm, victim);
+        }
         "calls" => return calls::scenario_calls(comm, args.get(1).map_or("op", String::as_str)),
         "leave" => {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
@@ -549,7 +554,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);

@@ -1,0 +1,197 @@
+//! The flight recorder: the last operations of one lane of a communicator and where each is —
+//! queued, started, completed, failed — so that when a call times out or fails, every rank
+//! says where it was (the role of NCCL's flight recorder in torch, TORCH_NCCL_TRACE_BUFFER_SIZE).
+//!
+//! The engine records asynchronous operations as they are queued; `ops::run` records every
+//! call as it starts and ends; the transport dumps the record the first time it fails, to
+//! stderr and, with `CONFLUX_DUMP_DIR`, to a file per rank and lane. Recording costs a lock and
+//! a few stores per call, no allocation for blocking calls.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::fingerprint::Fingerprint;
+use crate::dtype::DataType;
+
+/// Operations kept, newest last.
+const KEEP: usize = 64;
+
+/// What an entry is.
+#[derive(Debug, Clone)]
+pub(crate) enum What {
+    /// Collective call number `seq` (the same number on every rank).
+    Coll { seq: u64, call: Fingerprint },
+    /// A point-to-point transfer.
+    P2p { send: bool, peer: usize, tag: u32, dtype: DataType, count: usize },
+    /// An asynchronous operation waiting for its turn, by its engine ticket.
+    Queued { ticket: u64, what: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum State {
+    Queued,
+    Started,
+    Completed,
+    Failed,
+}
+
+struct Entry {
+    id: u64,
+    what: What,
+    state: State,
+    since: Instant,
+    took: Option<f64>,
+}
+
+/// Who is recording, for the dump's heading and file name.
+pub(crate) struct Recorder {
+    log: Mutex<Log>,
+    rank: usize,
+    label: String,
+    /// The dump file's name, without the directory.
+    file: String,
+    dump_dir: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Log {
+    entries: VecDeque<Entry>,
+    /// Entries ever recorded: the next one's id.
+    next: u64,
+}
+
+impl Log {
+    fn push(&mut self, what: What, state: State) -> u64 {
+        if self.entries.len() == KEEP {
+            self.entries.pop_front();
+        }
+        let id = self.next;
+        self.next += 1;
+        self.entries.push_back(Entry { id, what, state, since: Instant::now(), took: None });
+        id
+    }
+}
+
+/// A started entry, for its end.
+#[derive(Clone, Copy)]
+pub(crate) struct Mark(u64);
+
+impl Recorder {
+    /// `rank` is global; `label` names the communicator and lane, `stem` does so in the dump
+    /// file's name.
+    pub fn new(rank: usize, label: String, stem: &str, dump_dir: Option<PathBuf>) -> Recorder {
+        let stem: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        let file = format!("conflux-rank{rank}-{stem}.txt");
+        Recorder { log: Mutex::new(Log::default()), rank, label, file, dump_dir }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An asynchronous operation was queued behind `ticket` others.
+    pub fn queued(&self, ticket: u64, what: String) {
+        self.lock().push(What::Queued { ticket, what }, State::Queued);
+    }
+
+    /// The queued operation `ticket` leaves the queue to run (its call records itself).
+    pub fn dequeued(&self, ticket: u64) {
+        self.lock().entries.retain(|e| !matches!(e.what, What::Queued { ticket: t, .. } if t == ticket));
+    }
+
+    pub fn started(&self, what: What) -> Mark {
+        Mark(self.lock().push(what, State::Started))
+    }
+
+    pub fn ended(&self, mark: Mark, ok: bool) {
+        let mut log = self.lock();
+        // Usually the last entry; at most a few queued ones were recorded after it.
+        if let Some(e) = log.entries.iter_mut().rev().find(|e| e.id == mark.0) {
+            e.state = if ok { State::Completed } else { State::Failed };
+            e.took = Some(e.since.elapsed().as_secs_f64());
+        }
+    }
+
+    /// The record as text, newest last, for a failure described by `why`; `peers` says where
+    /// the other ranks were, as far as this rank can see.
+    pub fn render(&self, why: &str, peers: &str) -> String {
+        let log = self.lock();
+        let q = &log.entries;
+        let now = Instant::now();
+        let mut s = format!(
+            "conflux flight recorder: rank {}, {}, last {} operations (newest last), at: {why}\n",
+            self.rank,
+            self.label,
+            q.len()
+        );
+        for e in q.iter() {
+            let what = match &e.what {
+                What::Coll { seq, call } => format!("#{seq} {call}"),
+                What::P2p { send: true, peer, tag, dtype, count } => {
+                    format!("send({dtype} x {count} to rank {peer}, tag {tag})")
+                }
+                What::P2p { send: false, peer, tag, dtype, count } => {
+                    format!("recv({dtype} x {count} from rank {peer}, tag {tag})")
+                }
+                What::Queued { what, .. } => what.clone(),
+            };
+            let ago = now.duration_since(e.since).as_secs_f64();
+            let state = match (e.state, e.took) {
+                (State::Completed, Some(t)) => format!("completed in {:.3} ms", t * 1e3),
+                (State::Failed, Some(t)) => format!("failed after {t:.3} s"),
+                (State::Started, _) => format!("started {ago:.3} s ago, not finished"),
+                (State::Queued, _) => format!("queued {ago:.3} s ago"),
+                (s, None) => format!("{s:?}"),
+            };
+            let _ = writeln!(s, "  {what:<60} {state}");
+        }
+        s + peers
+    }
+
+    /// Writes the record to stderr and, if a dump directory is set, to a file in it.
+    pub fn dump(&self, why: &str, peers: &str) {
+        let text = self.render(why, peers);
+        eprint!("{text}");
+        let Some(dir) = &self.dump_dir else { return };
+        let path = dir.join(&self.file);
+        if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &text)) {
+            tracing::warn!("cannot write the flight recorder to {}: {e}", path.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_last_operations_in_order_with_their_state() {
+        let r = Recorder::new(3, "communicator \"x\"".into(), "x/l0", None);
+        let call = Fingerprint::NONE;
+        for seq in 1..=KEEP as u64 + 5 {
+            let m = r.started(What::Coll { seq, call });
+            r.ended(m, true);
+        }
+        r.queued(7, "all_gather(float x 8)".into());
+        let running = r.started(What::Coll { seq: 100, call });
+        r.queued(8, "barrier".into());
+        r.dequeued(7);
+        let failed = r.started(What::P2p { send: true, peer: 1, tag: 4, dtype: DataType::F32, count: 2 });
+        r.ended(failed, false);
+        let text = r.render("timed out", "  local rank 1 last entered #9\n");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("conflux flight recorder: rank 3"), "{text}");
+        assert_eq!(lines.len(), 1 + KEEP + 1, "{text}");
+        assert!(!text.contains("#5 "), "the oldest entries are dropped:\n{text}");
+        assert!(lines[KEEP - 2].contains("#100") && lines[KEEP - 2].contains("not finished"), "{text}");
+        assert!(lines[KEEP - 1].contains("barrier") && lines[KEEP - 1].contains("queued"), "{text}");
+        assert!(lines[KEEP].contains("send(float x 2 to rank 1, tag 4)") && lines[KEEP].contains("failed"), "{text}");
+        assert!(!text.contains("all_gather"), "a dequeued operation is gone:\n{text}");
+        r.ended(running, true);
+        assert!(r.render("", "").contains("completed"));
+        assert_eq!(r.file, "conflux-rank3-x_l0.txt");
+    }
+}
