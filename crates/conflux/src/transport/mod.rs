@@ -214,11 +214,21 @@ impl Transport {
     /// Makes `e` (in global ranks, traced to its root cause, see `Waiter::explain`) this
     /// transport's sticky state, tells the other ranks, fails posted transfers, and returns it.
     pub(crate) fn fail(&mut self, e: LinkError) -> LinkError {
-        let e = self.waiter.explain(e.into_world(&self.waiter.world));
+        let raw = e.into_world(&self.waiter.world);
+        // A timeout is reported as it is, at once: the ranks that wait for this one follow
+        // the reports to the rank nobody heard from (`Waiter::explain`), and must not wait for
+        // this rank's own search first.
+        let timeout = matches!(raw, LinkError::Timeout { .. });
+        if timeout {
+            self.waiter.report(&raw);
+        }
+        let e = self.waiter.explain(raw);
         if self.broken.is_none() && e != LinkError::Aborted {
             self.recorder.dump(&e.to_string(), &self.waiter.peers_calls());
         }
-        self.waiter.report(&e);
+        if !timeout {
+            self.waiter.report(&e);
+        }
         self.broken = Some(e.clone());
         self.posted.fail_all(&e);
         e
