@@ -196,6 +196,31 @@ fn a_stopped_rank_is_named_at_the_deadline_with_flight_recorders() {
     }
 }
 
+/// abort() from another thread ends the pending operation at once and every later one without
+/// waiting; the other ranks fail naming the abort, long before their 30 s deadline.
+#[test]
+fn abort_unblocks_this_rank_and_is_named_on_the_others() {
+    for transport in ["shm", "tcp"] {
+        for victim in [0, 1] {
+            let children = spawn_ranks(3, &["abort", &victim.to_string()], |_| {
+                vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "30".into())]
+            });
+            for (r, child) in children.into_iter().enumerate() {
+                let (out, took) = wait_output(child, Duration::from_secs(60));
+                let t = text(&out);
+                let ctx = format!("rank {r} (victim {victim}, {transport}) after {took:?}:\n{t}");
+                assert!(out.status.success(), "{ctx}");
+                assert!(took < Duration::from_secs(10), "{ctx}");
+                if r == victim {
+                    assert!(t.contains("ABORT-UNBLOCKED") && t.contains("FUTURE-FAILED"), "{ctx}");
+                } else {
+                    assert!(t.contains("PEER-SAW-ABORT") && t.contains(&format!("aborted by rank {victim}")), "{ctx}");
+                }
+            }
+        }
+    }
+}
+
 /// `conflux run` stops the job within 5 s of a rank's death and names that rank.
 #[test]
 fn launcher_names_the_dead_rank() {

@@ -159,7 +159,13 @@ impl Core {
     }
 
     pub fn abort(&self) {
-        self.abort.store(true, Ordering::SeqCst);
+        if !self.abort.swap(true, Ordering::SeqCst) {
+            // The peers must not wait for this rank to their deadline. The store's failure
+            // events are not per communicator: every communicator with this rank fails, as it
+            // does when the rank dies.
+            let me = self.world[self.rank];
+            self.session.report(me, &format!("aborted by rank {me}"));
+        }
         // An engine may be asleep on its doorbell; sockets are polled in short slices.
         for lane in &self.lanes {
             if let Some((seg, me)) = &lane.doorbell {

@@ -574,7 +574,9 @@ impl Communicator {
     // ---- life cycle -------------------------------------------------------------------------
 
     /// Stops every pending and future operation of this communicator (both priorities) on this
-    /// rank; they fail with `Closed("aborted")` or a link error. Callable from any thread; never
+    /// rank within a time slice (20 ms); they fail with `Closed("aborted")` or a link error.
+    /// The other ranks' operations fail with "aborted by rank r" (as with a rank that died,
+    /// every communicator that has this rank fails there). Callable from any thread; never
     /// blocks. Sub-groups are separate communicators, aborted on their own.
     pub fn abort(&self) {
         self.core.abort();

@@ -51,6 +51,14 @@ impl Session {
         self.next_channel.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Tells every rank, through the store, that this rank (global `rank`) fails because of
+    /// `culprit`. Never blocks for long: the line is held only to write one frame.
+    pub fn report(&self, culprit: usize, reason: &str) {
+        if let Some(line) = self.line.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            line.report_failure(culprit, reason);
+        }
+    }
+
     /// Says this rank leaves cleanly; on rank 0, keeps serving the store until every rank has
     /// said so (or died), so none sees it vanish while shutting down. Idempotent.
     pub fn goodbye(&self) {

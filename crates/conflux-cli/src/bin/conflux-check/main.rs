@@ -3,6 +3,7 @@
 //! torchrun's variables set by hand). It exits 0 only when every check passed; the tests use
 //! it, and it is a quick way to validate an installation.
 
+mod abort;
 mod algos;
 mod calls;
 mod fusion;
@@ -526,6 +527,10 @@ fn main() -> ExitCode {
             return scenario_kill(comm, victim, args.get(2).is_some_and(|a| a == "group"));
         }
         "mismatch" => return scenario_mismatch(comm),
+        "abort" => {
+            let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
+            return abort::scenario_abort(comm, victim);
+        }
         "stuck" => {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
             return stuck::scenario_stuck(comm, victim);
@@ -556,7 +561,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);

@@ -21,7 +21,7 @@ impl Waiter {
     /// So before blaming a vanished peer, listen briefly for the store naming someone else.
     ///
     /// `e` is in global ranks, as the store's events are. The evidence, strongest first: a
-    /// failure report naming another rank; another rank's death; a rank that left the job
+    /// failure report naming another rank, or the peer's own (it aborted); another rank's death; a rank that left the job
     /// (said goodbye) before the peer vanished. The server relays each connection's events in
     /// its own thread, so a death and the report or goodbye behind it can arrive in either
     /// order: once the store has said anything about the lost rank, the others get a short
@@ -45,7 +45,7 @@ impl Waiter {
         loop {
             while let Some(ev) = m.try_event() {
                 match ev {
-                    Event::Failure { culprit, reporter, reason } if culprit != peer => {
+                    Event::Failure { culprit, reporter, reason } if culprit != peer || reporter == peer => {
                         return LinkError::Remote { culprit, reporter, reason };
                     }
                     Event::Failure { reporter, .. } => clues.push(Clue::Blamed(reporter)),
