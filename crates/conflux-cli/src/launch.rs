@@ -43,9 +43,29 @@ pub enum LaunchError {
     /// A rank's program could not be started.
     #[error("cannot start rank {rank} ({program}): {source}")]
     Spawn { rank: usize, program: String, source: std::io::Error },
-    /// A rank exited unsuccessfully; the others were stopped.
+    /// A rank exited unsuccessfully; the others were stopped. `code` is its exit status when
+    /// it exited with one (not killed), so a program can tell its own verdicts from failures.
     #[error("rank {rank} (local rank {local_rank}, pid {pid}) {status}; the job was stopped")]
-    RankFailed { rank: usize, local_rank: usize, pid: u32, status: String },
+    RankFailed { rank: usize, local_rank: usize, pid: u32, status: String, code: Option<i32> },
+}
+
+/// A job of `nproc` copies of this very program, with its own arguments, on this host: how
+/// `conflux bench`, `tune` and `doctor` start their ranks when not inside a job (each copy
+/// then sees WORLD_SIZE and runs as one rank).
+pub fn self_job(nproc: usize, extra_env: Vec<(String, String)>) -> Result<LaunchSpec, LaunchError> {
+    let program =
+        std::env::current_exe().map_err(|e| LaunchError::Invalid(format!("cannot find my own executable: {e}")))?;
+    Ok(LaunchSpec {
+        nproc_per_node: nproc,
+        nnodes: 1,
+        node_rank: 0,
+        master_addr: "127.0.0.1".into(),
+        master_port: None,
+        program,
+        args: std::env::args_os().skip(1).collect(),
+        extra_env,
+        prefix_output: false,
+    })
 }
 
 /// Runs this node's ranks to completion. Fails, naming the rank, as soon as one rank fails;
@@ -204,6 +224,7 @@ fn supervise(ranks: &mut [Rank]) -> Result<(), LaunchError> {
                             local_rank: r.local,
                             pid: r.child.id(),
                             status: describe(st),
+                            code: st.code(),
                         };
                         let others = ranks.iter().filter(|r| r.status.is_none()).count();
                         eprintln!("conflux run: {err}: stopping the {others} rank(s) still running");

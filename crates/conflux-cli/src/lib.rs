@@ -1,6 +1,7 @@
 //! The pieces of the `conflux` command, shared with the rank programs and the tests.
 
 pub mod bench;
+pub mod doctor;
 pub mod launch;
 pub mod run;
 pub mod tune;

@@ -1,8 +1,8 @@
 //! The `conflux` command: `run` starts a job's ranks, `bench` measures collectives,
-//! `tune` fits the cost model to this machine.
+//! `tune` fits the cost model to this machine, `doctor` checks every pair of ranks' link.
 
 use clap::{Parser, Subcommand};
-use conflux_cli::{bench, run, tune};
+use conflux_cli::{bench, doctor, run, tune};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -22,6 +22,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Measure the cost model's parameters on this machine and write the tuning file.
     Tune(tune::TuneArgs),
+    /// Measure every pair of ranks' link (latency, bandwidth) and flag the slow ones.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[allow(unsafe_code)]
@@ -38,5 +40,6 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::main(a),
         Cmd::Bench(a) => bench::main(a),
         Cmd::Tune(a) => tune::main(a),
+        Cmd::Doctor(a) => doctor::main(a),
     }
 }

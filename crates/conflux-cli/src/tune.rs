@@ -16,15 +16,17 @@
 //! - reduce_gbps: one core's f32 sum (`reduce_into`) of 32 MiB; copy_gbps: memcpy of 64 MiB;
 //!   on rank 0 once the communicators are gone, so no other rank competes for the cores.
 
+use std::convert::Infallible;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use conflux::algo::select::{LinkCost, Model, Topo};
+use conflux::measure::{median_us, round_trip_us};
 use conflux::{Algo, Communicator, Config, DataType, ReduceOp, TransportKind};
 
-use crate::launch::{launch, LaunchSpec};
+use crate::launch::{launch, self_job};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct TuneArgs {
@@ -54,20 +56,9 @@ pub fn main(args: TuneArgs) -> ExitCode {
     if args.nproc < 2 {
         return fail(2, "-n must be at least 2 (links are measured between two ranks)".into());
     }
-    let program = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => return fail(2, format!("cannot find my own executable: {e}")),
-    };
-    let spec = LaunchSpec {
-        nproc_per_node: args.nproc,
-        nnodes: 1,
-        node_rank: 0,
-        master_addr: "127.0.0.1".into(),
-        master_port: None,
-        program,
-        args: std::env::args_os().skip(1).collect(),
-        extra_env: Vec::new(),
-        prefix_output: false,
+    let spec = match self_job(args.nproc, Vec::new()) {
+        Ok(s) => s,
+        Err(e) => return fail(2, e.to_string()),
     };
     launch(&spec).map_or_else(|e| fail(1, e.to_string()), |()| ExitCode::SUCCESS)
 }
@@ -209,22 +200,21 @@ fn ping_pong(comm: &Communicator, peer: usize) -> Result<Option<(f64, f64)>, Str
     let mut out = None;
     if me == 0 || me == peer {
         let (mut small, mut big) = ([0u8; 8], vec![0u8; BIG]);
-        let r8 = median_us(200, 2000, || echo(comm, peer, &mut small))?;
-        let rb = median_us(3, 50, || echo(comm, peer, &mut big))?;
+        let r8 = round_trip_us(comm, peer_of(me, peer), &mut small, 200, 2000, TAG).map_err(es)?;
+        let rb = round_trip_us(comm, peer_of(me, peer), &mut big, 3, 50, TAG).map_err(es)?;
         out = (me == 0).then_some((r8, rb));
     }
     comm.barrier().map_err(es)?;
     Ok(out)
 }
 
-/// One round trip: rank 0 sends and receives back; its peer receives and sends back.
-fn echo(comm: &Communicator, peer: usize, buf: &mut [u8]) -> Result<(), String> {
-    let r = if comm.rank() == 0 {
-        comm.send(buf, peer, TAG).and_then(|()| comm.recv(buf, peer, TAG))
+/// Rank 0's partner is `peer`; the peer's is rank 0.
+fn peer_of(me: usize, peer: usize) -> usize {
+    if me == 0 {
+        peer
     } else {
-        comm.recv(buf, 0, TAG).and_then(|()| comm.send(buf, 0, TAG))
-    };
-    r.map_err(es)
+        0
+    }
 }
 
 /// Median time (µs) of an 8-byte sum all_reduce on every rank, as rank 0 sees it (Some there).
@@ -235,44 +225,22 @@ fn timed_all_reduce(h: &Communicator) -> Result<Option<f64>, String> {
     Ok((h.rank() == 0).then_some(t))
 }
 
-/// Median µs of `f` over `n` runs after `warm` of warm-up.
-fn median_us(warm: usize, n: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
-    let mut t = Vec::with_capacity(n);
-    for i in 0..warm + n {
-        let s = Instant::now();
-        f()?;
-        if i >= warm {
-            t.push(s.elapsed().as_secs_f64() * 1e6);
-        }
-    }
-    Ok(median(&mut t))
-}
-
 /// One core's f32 sum of 32 MiB into 32 MiB, and memcpy of 64 MiB, in GB/s (= kB/µs).
 fn local_gbps() -> (f64, f64) {
     let src: Vec<u8> = (0..BIG / 4).flat_map(|_| 1.0f32.to_ne_bytes()).collect();
     let mut dst = vec![0u8; BIG];
     let reduce = |d: &mut [u8]| {
         conflux::reduce::reduce_into(DataType::F32, ReduceOp::Sum, d, black_box(&src));
-        Ok(())
+        Ok::<(), Infallible>(())
     };
     let r = median_us(2, 20, || reduce(black_box(&mut dst))).unwrap_or(f64::NAN);
     let (src, mut dst) = (vec![1u8; 64 << 20], vec![0u8; 64 << 20]);
     let copy = || {
         black_box(&mut dst).copy_from_slice(black_box(&src));
-        Ok(())
+        Ok::<(), Infallible>(())
     };
     let c = median_us(1, 5, copy).unwrap_or(f64::NAN);
     (BIG as f64 * 1e-3 / r, src.len() as f64 * 1e-3 / c)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        l if l % 2 == 1 => v[l / 2],
-        l => (v[l / 2 - 1] + v[l / 2]) / 2.0,
-    }
 }
 
 /// α = half the small round trip; GB/s = bytes / (half the big one − α), in kB/µs.
@@ -313,13 +281,6 @@ mod tests {
     use super::*;
     use conflux::algo::select::{predict, Call};
     use conflux::OpKind;
-
-    #[test]
-    fn median_odd_even_empty() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(median(&mut []).is_nan());
-    }
 
     #[test]
     fn link_fit_inverts_the_step_cost() {

@@ -176,3 +176,28 @@ fn every_algorithm_on_four_nodes_of_one() {
         assert_algos_ok(4, 1);
     }
 }
+
+/// Three nodes of one rank, node 2's link throttled to 50mbit and the others unshaped:
+/// `conflux doctor` must flag exactly the two pairs that involve node 2 (rank 2) and fail.
+/// Threshold 0.25: the throttled pairs come out ~100x below the others, while the 2-core
+/// machine's scheduling can stretch a healthy pair's latency past 2x, never 4x.
+#[test]
+fn doctor_flags_exactly_the_throttled_nodes_pairs() {
+    if netns_available(&["ip", "tc"]) {
+        let cmd = ["conflux", "doctor", "--bytes", "256K", "--iters", "5", "--threshold", "0.25"];
+        let out = cluster(3, 1, &["--rate-node", "2=50mbit"], &cmd);
+        let t = text(&out);
+        assert!(!out.status.success(), "doctor passed a throttled node:\n{t}");
+        assert!(t.contains("exited with status 3"), "rank 0 did not report unhealthy links:\n{t}");
+        let flagged: Vec<(usize, usize)> = t
+            .lines()
+            .filter_map(|l| l.split("SLOW: ranks ").nth(1))
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w[0].parse().unwrap(), w[2].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(flagged, [(0, 2), (1, 2)], "wrong pairs flagged:\n{t}");
+        assert!(t.contains("2 of 3 links flagged"), "no verdict:\n{t}");
+    }
+}

@@ -4,6 +4,7 @@ pub mod dtype;
 /// Re-exported for `with_dtype!`, whose expansions name the half types.
 pub use half;
 pub mod error;
+pub mod measure;
 pub mod reduce;
 pub mod store;
 pub mod transport;
@@ -14,7 +15,9 @@ pub mod algo;
 mod comm;
 pub mod config;
 pub use algo::{Algo, OpKind};
-pub use comm::{Bucketer, Buffer, CommBuilder, Communicator, Priority, Work};
+pub use comm::{
+    Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, KindReference, LinkHealth, LinkKind, Priority, Work,
+};
 pub use config::{AlgoSpec, Config, TransportKind};
 pub use store::StoreError;
 pub use transport::LinkError;

@@ -17,7 +17,7 @@ mod models;
 pub mod plot;
 mod step;
 
-use crate::launch::{launch, LaunchSpec};
+use crate::launch::{launch, self_job};
 use crate::verify::{self, Num};
 use conflux::with_dtype;
 
@@ -98,27 +98,16 @@ pub fn main(args: BenchArgs) -> ExitCode {
         return rank_main(&args);
     }
     // Start the ranks: this same program, inside a job of N.
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("conflux bench: cannot find my own executable: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let mut extra_env = Vec::new();
     if let Some(t) = &args.transport {
         extra_env.push(("CONFLUX_TRANSPORT".to_string(), t.clone()));
     }
-    let spec = LaunchSpec {
-        nproc_per_node: args.nproc,
-        nnodes: 1,
-        node_rank: 0,
-        master_addr: "127.0.0.1".into(),
-        master_port: None,
-        program: exe,
-        args: std::env::args_os().skip(1).collect(),
-        extra_env,
-        prefix_output: false,
+    let spec = match self_job(args.nproc, extra_env) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("conflux bench: {e}");
+            return ExitCode::from(2);
+        }
     };
     match launch(&spec) {
         Ok(()) => ExitCode::SUCCESS,

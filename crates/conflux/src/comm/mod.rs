@@ -6,6 +6,7 @@ mod core;
 mod engine;
 mod fusion;
 mod group;
+mod health;
 mod ops;
 mod session;
 
@@ -16,6 +17,7 @@ pub use self::core::Priority;
 pub use buffer::Buffer;
 pub use engine::Work;
 pub use fusion::Bucketer;
+pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
 
 use self::core::{Core, HighBusy, Lane};
 use crate::algo::{select, Algo, OpKind};
