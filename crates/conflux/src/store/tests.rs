@@ -141,3 +141,62 @@ fn garbage_and_oversized_frames_close_only_that_connection() {
     c.set("k", b"v").unwrap();
     assert_eq!(c.get("k", T).unwrap(), b"v");
 }
+
+mod fuzz {
+    //! Whatever a connection sends, the server neither panics nor stops serving the others,
+    //! and the decoders only ever return errors.
+    use super::*;
+    use crate::store::wire::{split_frame, Dec};
+    use proptest::prelude::*;
+    use std::io::Read;
+
+    /// Frames of every request kind with random fields, and raw noise.
+    fn frames() -> impl Strategy<Value = Vec<u8>> {
+        let field = prop_oneof![
+            any::<u64>().prop_map(|v| v.to_le_bytes().to_vec()),
+            prop::collection::vec(any::<u8>(), 0..40).prop_map(|b| {
+                let mut f = (b.len() as u32).to_le_bytes().to_vec();
+                f.extend(b);
+                f
+            }),
+            any::<u32>().prop_map(|v| v.to_le_bytes().to_vec()),
+        ];
+        let framed = (0u8..90, prop::collection::vec(field, 0..4)).prop_map(|(kind, fields)| {
+            let body: Vec<u8> = std::iter::once(kind).chain(fields.concat()).collect();
+            let mut f = (body.len() as u32).to_le_bytes().to_vec();
+            f.extend(body);
+            f
+        });
+        prop::collection::vec(prop_oneof![framed, prop::collection::vec(any::<u8>(), 0..32)], 0..6)
+            .prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn a_connection_sending_anything_does_not_harm_the_others(bytes in frames()) {
+            let (_s, addr) = serve();
+            let good = StoreClient::connect(&addr, T).unwrap();
+            good.set("k", b"v").unwrap();
+            let mut bad = TcpStream::connect(&addr).unwrap();
+            let _ = bad.write_all(&bytes);
+            let _ = bad.shutdown(std::net::Shutdown::Write);
+            // Whatever it answers, the server finishes with this connection in bounded time.
+            bad.set_read_timeout(Some(T)).unwrap();
+            let mut sink = Vec::new();
+            let _ = bad.read_to_end(&mut sink);
+            prop_assert_eq!(good.get("k", T).unwrap(), b"v".to_vec());
+            prop_assert_eq!(StoreClient::connect(&addr, T).unwrap().add("n", 2).unwrap(), 2);
+        }
+
+        #[test]
+        fn decoders_return_errors_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let mut buf = bytes;
+            while let Ok(Some(body)) = split_frame(&mut buf) {
+                if let Ok(mut d) = Dec::new(&body) {
+                    let _ = (d.u64(), d.bytes(), d.str(), d.u64());
+                }
+            }
+        }
+    }
+}

@@ -18,6 +18,8 @@ pub(crate) const HEADER: usize = 32;
 pub(crate) const COLL_BIT: u64 = 1 << 63;
 /// Largest message a receiver will set aside when it was not expecting it.
 const MAX_STASHED: u64 = 1 << 34;
+/// What setting a message aside reserves before its bytes arrive.
+const STASH_RESERVE: usize = 1 << 20;
 
 /// The header of a message; `call` is the sender's fingerprint for a collective's message,
 /// `Fingerprint::NONE` for a point-to-point one.
@@ -188,7 +190,7 @@ impl RxState {
                     moved += took;
                     progressed = true;
                 }
-                RxProgress::Stashing { .. } => match self.stash_more(src)? {
+                RxProgress::Stashing { .. } => match self.stash_more(src, peer)? {
                     (moved, true) => progressed |= moved,
                     (moved, false) => return Ok((progressed | moved, false)),
                 },
@@ -197,7 +199,7 @@ impl RxState {
     }
 
     /// Reads more of the message being set aside; (progressed, finished it).
-    fn stash_more<S: ByteSource>(&mut self, src: &mut S) -> Result<(bool, bool), LinkError> {
+    fn stash_more<S: ByteSource>(&mut self, src: &mut S, peer: usize) -> Result<(bool, bool), LinkError> {
         let RxProgress::Stashing { tag, data, len } = &mut self.progress else { return Ok((false, true)) };
         if data.len() == *len {
             src.consume(S::pad(*len));
@@ -210,6 +212,9 @@ impl RxState {
         let n = avail.len().min(*len - data.len());
         if n == 0 {
             return Ok((false, false));
+        }
+        if data.capacity() - data.len() < n {
+            reserve(data, peer, n.max(data.len()).min(*len - data.len()))?;
         }
         data.extend_from_slice(&avail[..n]);
         src.consume(n);
@@ -228,7 +233,7 @@ impl RxState {
             match &self.progress {
                 RxProgress::Matched { .. } => return Ok(false),
                 RxProgress::Stashing { .. } => {
-                    if !self.stash_more(src)?.1 {
+                    if !self.stash_more(src, peer)?.1 {
                         return Ok(false);
                     }
                 }
@@ -257,12 +262,18 @@ fn stashing(peer: usize, tag: u64, len: u64) -> Result<RxProgress, LinkError> {
     if len > MAX_STASHED {
         return Err(LinkError::Mismatch { peer, detail: format!("it sent an unexpected message of {len} bytes") });
     }
+    // The header's length is the sender's word: memory grows with the bytes that arrive, not
+    // with what the header claims.
     let mut data = Vec::new();
-    data.try_reserve_exact(len as usize).map_err(|_| LinkError::Io {
-        peer,
-        detail: format!("cannot allocate {len} bytes for an unexpected message"),
-    })?;
+    reserve(&mut data, peer, (len as usize).min(STASH_RESERVE))?;
     Ok(RxProgress::Stashing { tag, data, len: len as usize })
+}
+
+fn reserve(data: &mut Vec<u8>, peer: usize, more: usize) -> Result<(), LinkError> {
+    data.try_reserve(more).map_err(|_| LinkError::Io {
+        peer,
+        detail: format!("cannot allocate {} bytes for an unexpected message", data.len() + more),
+    })
 }
 
 /// Both sides of a collective's message must be in the same call.
@@ -349,5 +360,86 @@ mod tests {
         while !rx.step(&mut src, 1, (COLL_BIT | 3, &Calls::default()), &mut Sink::Copy(&mut coll), 1 << 20).unwrap().1 {
         }
         assert_eq!(coll, [3; 4]);
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    //! Whatever bytes a peer sends, the receive logic returns an error or makes progress: it
+    //! never panics, and what it allocates grows with the bytes that arrived, not with the
+    //! lengths the headers claim.
+    use super::*;
+    use proptest::prelude::*;
+
+    struct Bytes {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+        visible: usize,
+    }
+
+    impl ByteSource for Bytes {
+        const HEADER_SPAN: usize = HEADER;
+        fn pad(_: usize) -> usize {
+            0
+        }
+        fn available(&mut self) -> Result<&[u8], LinkError> {
+            self.visible = (self.visible + self.step).min(self.bytes.len());
+            Ok(&self.bytes[self.at..self.visible.max(self.at)])
+        }
+        fn consume(&mut self, n: usize) {
+            self.at += n;
+        }
+    }
+
+    /// A header with a plausible or absurd tag and length, then some payload bytes.
+    fn message() -> impl Strategy<Value = Vec<u8>> {
+        let tag = prop_oneof![Just(5u64), Just(COLL_BIT | 1), Just(COLL_BIT | 2), any::<u64>()];
+        let len = prop_oneof![0u64..64, Just(u64::MAX), Just(MAX_STASHED), Just(MAX_STASHED + 1), any::<u64>()];
+        (tag, len, any::<[u64; 2]>(), prop::collection::vec(any::<u8>(), 0..300)).prop_map(|(tag, len, fp, body)| {
+            let call = Fingerprint { word: fp[0], count: fp[1] };
+            let mut m = encode_header(tag, 0, call).to_vec();
+            m[8..16].copy_from_slice(&len.to_le_bytes());
+            m.extend(body);
+            m
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        #[test]
+        fn any_stream_is_an_error_or_progress(
+            stream in prop::collection::vec(prop_oneof![message(), prop::collection::vec(any::<u8>(), 0..64)], 0..8),
+            step in 1usize..97,
+            sink_len in 0usize..80,
+            reducing: bool,
+            probe_first: bool,
+        ) {
+            let bytes: Vec<u8> = stream.concat();
+            let total = bytes.len();
+            let mut src = Bytes { bytes, at: 0, step, visible: 0 };
+            let mut rx = RxState::default();
+            let mut buf = vec![0u8; sink_len / 4 * 4];
+            let calls = Calls { now: (1, Fingerprint::NONE), before: (0, Fingerprint::NONE) };
+            for round in 0..4 * total + 8 {
+                let tag = if round % 3 == 0 { COLL_BIT | 1 } else { 5 };
+                let r = if probe_first && round % 2 == 0 {
+                    rx.probe(&mut src, 1, 5).map(|_| ())
+                } else {
+                    let mut sink = if reducing {
+                        Sink::Reduce { buf: &mut buf, dtype: DataType::F32, op: ReduceOp::Sum }
+                    } else {
+                        Sink::Copy(&mut buf)
+                    };
+                    rx.step(&mut src, 1, (tag, &calls), &mut sink, 64).map(|_| ())
+                };
+                if r.is_err() {
+                    break;
+                }
+                let held: usize = rx.stash.values().flatten().map(|d| d.capacity()).sum::<usize>()
+                    + match &rx.progress { RxProgress::Stashing { data, .. } => data.capacity(), _ => 0 };
+                prop_assert!(held <= 2 * total + STASH_RESERVE, "{held} bytes held for {total} received");
+            }
+        }
     }
 }
