@@ -104,6 +104,10 @@ pub struct Config {
     /// Where each rank writes its flight recorder when a call times out or fails, besides
     /// stderr (`CONFLUX_DUMP_DIR`; unset, stderr only).
     pub dump_dir: Option<std::path::PathBuf>,
+    /// Follow every TCP message with a CRC32C of its payload, which the receiver checks
+    /// (`CONFLUX_CHECKSUM=1`; off by default: TCP's own checksum catches most corruption, and
+    /// this one costs a pass over the data on both sides). Each sender chooses for itself.
+    pub checksum: bool,
 }
 
 impl Default for Config {
@@ -122,6 +126,7 @@ impl Default for Config {
             spin: None,
             bucket_bytes: 25 << 20,
             dump_dir: None,
+            checksum: false,
         }
     }
 }
@@ -146,6 +151,13 @@ impl Config {
         c.tune_file = var("CONFLUX_TUNE_FILE").map(Into::into);
         c.node_id = var("CONFLUX_NODE_ID");
         c.dump_dir = var("CONFLUX_DUMP_DIR").map(Into::into);
+        if let Some(v) = var("CONFLUX_CHECKSUM") {
+            c.checksum = match v.as_str() {
+                "1" | "true" | "on" => true,
+                "0" | "false" | "off" => false,
+                _ => return Err(bad("CONFLUX_CHECKSUM", &v)),
+            };
+        }
         size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;
         size_var("CONFLUX_SHM_CHUNK", &mut c.shm_chunk_bytes)?;
         size_var("CONFLUX_TCP_CHUNK", &mut c.tcp_chunk_bytes)?;

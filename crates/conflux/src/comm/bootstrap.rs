@@ -178,7 +178,8 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     let bufsize = cfg.socket_buf_bytes.unwrap_or(cfg.tcp_chunk_bytes * cfg.tcp_inflight);
     for (p, stream) in connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), deadline)? {
         tune_socket(&stream, bufsize).map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
-        let link = TcpLink::new(stream, p, cfg.tcp_chunk_bytes).map_err(|e| Error::setup("non-blocking socket", e))?;
+        let link = TcpLink::new(stream, p, cfg.tcp_chunk_bytes, cfg.checksum)
+            .map_err(|e| Error::setup("non-blocking socket", e))?;
         links[p] = Some(Link::tcp(link));
     }
 

@@ -1,7 +1,9 @@
 //! What every message on a link carries, and the receive logic shared by both link types.
 //!
 //! A message is a 32-byte header (tag u64, payload length u64, the call's fingerprint as two
-//! u64, little endian; see `fingerprint.rs`) followed by the payload. Links deliver messages from one peer in order; a receiver asks for the next message
+//! u64, little endian; see `fingerprint.rs`) followed by the payload. A sender that checksums
+//! (`CONFLUX_CHECKSUM`, TCP only) sets `CRC_BIT` in the tag and follows the payload with its
+//! CRC32C (u32 LE); the receiver checks whatever the sender chose. Links deliver messages from one peer in order; a receiver asks for the next message
 //! with a given tag. A message with another point-to-point tag is read aside into the stash,
 //! where a later receive finds it (MPI's unexpected-message queue). A collective message with a
 //! tag other than the one expected means the ranks disagree on their sequence of calls.
@@ -16,6 +18,9 @@ use crate::reduce;
 pub(crate) const HEADER: usize = 32;
 /// Tags of collectives have the top bit set; the rest is the communicator's call sequence number.
 pub(crate) const COLL_BIT: u64 = 1 << 63;
+/// Set in a header's tag when a CRC32C of the payload follows it.
+pub(crate) const CRC_BIT: u64 = 1 << 62;
+const CRC_LEN: usize = 4;
 /// Largest message a receiver will set aside when it was not expecting it.
 const MAX_STASHED: u64 = 1 << 34;
 /// What setting a message aside reserves before its bytes arrive.
@@ -31,9 +36,10 @@ pub(crate) fn encode_header(tag: u64, len: usize, call: Fingerprint) -> [u8; HEA
     h
 }
 
-pub(crate) fn decode_header(b: &[u8]) -> (u64, u64, Fingerprint) {
+/// (tag without `CRC_BIT`, payload length, fingerprint, whether a CRC32C follows).
+pub(crate) fn decode_header(b: &[u8]) -> (u64, u64, Fingerprint, bool) {
     let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    (w(0), w(1), Fingerprint { word: w(2), count: w(3) })
+    (w(0) & !CRC_BIT, w(1), Fingerprint { word: w(2), count: w(3) }, w(0) & CRC_BIT != 0)
 }
 
 pub(crate) fn describe_tag(tag: u64) -> String {
@@ -97,10 +103,11 @@ pub(crate) trait ByteSource {
 pub(crate) enum RxProgress {
     #[default]
     BetweenMessages,
-    /// Payload `done` of `len` bytes of the message tagged `tag`, for the receive of that tag.
-    Matched { tag: u64, done: usize, len: usize },
+    /// Payload `done` of `len` bytes of the message tagged `tag`, for the receive of that tag;
+    /// `crc`: the CRC32C of the payload so far, if a checksum follows it.
+    Matched { tag: u64, done: usize, len: usize, crc: Option<u32> },
     /// A message with another tag, being read into the stash.
-    Stashing { tag: u64, data: Vec<u8>, len: usize },
+    Stashing { tag: u64, data: Vec<u8>, len: usize, crc: bool },
 }
 
 /// One link's receive state: the message in progress and the messages set aside.
@@ -138,13 +145,14 @@ impl RxState {
                     if avail.len() < S::HEADER_SPAN {
                         return Ok((progressed, false));
                     }
-                    let (got_tag, len, theirs) = decode_header(avail);
+                    let (got_tag, len, theirs, crc) = decode_header(avail);
                     src.consume(S::HEADER_SPAN);
                     progressed = true;
                     if got_tag == tag {
                         check_call(peer, tag, theirs, calls.now.1)?;
                         check_len(peer, tag, len, sink.len())?;
-                        self.progress = RxProgress::Matched { tag, done: 0, len: len as usize };
+                        let crc = crc.then_some(0);
+                        self.progress = RxProgress::Matched { tag, done: 0, len: len as usize, crc };
                     } else if got_tag & COLL_BIT != 0 && tag & COLL_BIT != 0 {
                         let mine = match calls.of(got_tag & !COLL_BIT) {
                             Some(fp) => format!(" where this rank called {fp}"),
@@ -158,15 +166,18 @@ impl RxState {
                         );
                         return Err(LinkError::Mismatch { peer, detail });
                     } else {
-                        self.progress = stashing(peer, got_tag, len)?;
+                        self.progress = stashing(peer, got_tag, len, crc)?;
                     }
                 }
-                RxProgress::Matched { tag: t, done, len } => {
+                RxProgress::Matched { tag: t, done, len, crc } => {
                     if *t != tag {
                         // Another receive from this peer is mid-message; it goes first.
                         return Ok((progressed, false));
                     }
                     if *done == *len {
+                        if !check_crc(src, peer, tag, *crc)? {
+                            return Ok((progressed, false));
+                        }
                         src.consume(S::pad(*len));
                         self.progress = RxProgress::BetweenMessages;
                         return Ok((true, true));
@@ -185,6 +196,9 @@ impl RxState {
                     if took == 0 {
                         return Ok((progressed, false));
                     }
+                    if let Some(c) = crc {
+                        *c = crc32c::crc32c_append(*c, &avail[..took]);
+                    }
                     src.consume(took);
                     *done += took;
                     moved += took;
@@ -200,8 +214,11 @@ impl RxState {
 
     /// Reads more of the message being set aside; (progressed, finished it).
     fn stash_more<S: ByteSource>(&mut self, src: &mut S, peer: usize) -> Result<(bool, bool), LinkError> {
-        let RxProgress::Stashing { tag, data, len } = &mut self.progress else { return Ok((false, true)) };
+        let RxProgress::Stashing { tag, data, len, crc } = &mut self.progress else { return Ok((false, true)) };
         if data.len() == *len {
+            if !check_crc(src, peer, *tag, crc.then(|| crc32c::crc32c(data)))? {
+                return Ok((false, false));
+            }
             src.consume(S::pad(*len));
             let (tag, data) = (*tag, std::mem::take(data));
             self.stash.entry(tag).or_default().push_back(data);
@@ -242,7 +259,7 @@ impl RxState {
                     if avail.len() < S::HEADER_SPAN {
                         return Ok(false);
                     }
-                    let (got_tag, len, _) = decode_header(avail);
+                    let (got_tag, len, _, crc) = decode_header(avail);
                     if got_tag == tag {
                         return Ok(true);
                     }
@@ -250,7 +267,7 @@ impl RxState {
                         return Ok(false);
                     }
                     src.consume(S::HEADER_SPAN);
-                    self.progress = stashing(peer, got_tag, len)?;
+                    self.progress = stashing(peer, got_tag, len, crc)?;
                 }
             }
         }
@@ -258,7 +275,7 @@ impl RxState {
 }
 
 /// The state for setting aside an unexpected message of `len` bytes, checked before it allocates.
-fn stashing(peer: usize, tag: u64, len: u64) -> Result<RxProgress, LinkError> {
+fn stashing(peer: usize, tag: u64, len: u64, crc: bool) -> Result<RxProgress, LinkError> {
     if len > MAX_STASHED {
         return Err(LinkError::Mismatch { peer, detail: format!("it sent an unexpected message of {len} bytes") });
     }
@@ -266,7 +283,29 @@ fn stashing(peer: usize, tag: u64, len: u64) -> Result<RxProgress, LinkError> {
     // with what the header claims.
     let mut data = Vec::new();
     reserve(&mut data, peer, (len as usize).min(STASH_RESERVE))?;
-    Ok(RxProgress::Stashing { tag, data, len: len as usize })
+    Ok(RxProgress::Stashing { tag, data, len: len as usize, crc })
+}
+
+/// After a payload: with `got` (the CRC32C of what arrived), takes the sender's checksum and
+/// compares. Ok(false): the checksum has not arrived yet.
+fn check_crc<S: ByteSource>(src: &mut S, peer: usize, tag: u64, got: Option<u32>) -> Result<bool, LinkError> {
+    let Some(got) = got else { return Ok(true) };
+    let avail = src.available()?;
+    if avail.len() < CRC_LEN {
+        return Ok(false);
+    }
+    let sent = u32::from_le_bytes(avail[..CRC_LEN].try_into().expect("4 bytes"));
+    src.consume(CRC_LEN);
+    if sent != got {
+        return Err(LinkError::Io {
+            peer,
+            detail: format!(
+                "the payload of {} was corrupted in transit (CRC32C {got:08x}, the sender's {sent:08x})",
+                describe_tag(tag)
+            ),
+        });
+    }
+    Ok(true)
 }
 
 fn reserve(data: &mut Vec<u8>, peer: usize, more: usize) -> Result<(), LinkError> {
@@ -403,6 +442,46 @@ mod fuzz {
             m.extend(body);
             m
         })
+    }
+
+    fn checksummed(tag: u64, payload: &[u8], crc: u32) -> Vec<u8> {
+        let mut m = encode_header(tag | CRC_BIT, payload.len(), Fingerprint::NONE).to_vec();
+        m.extend_from_slice(payload);
+        m.extend(crc.to_le_bytes());
+        m
+    }
+
+    #[test]
+    fn a_checksum_is_checked_whoever_sent_it_and_corruption_is_an_error() {
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 31) as u8).collect();
+        let good = crc32c::crc32c(&payload);
+        let calls = Calls::default();
+        for (crc, ok) in [(good, true), (good ^ 1, false)] {
+            for step in [1, 7, 4096] {
+                // A stashed message (tag 9, received after the tag-5 one) and a matched one.
+                let mut bytes = checksummed(9, &payload, crc);
+                bytes.extend(checksummed(5, &payload, crc));
+                let mut src = Bytes { bytes, at: 0, step, visible: 0 };
+                let mut rx = RxState::default();
+                for tag in [5u64, 9] {
+                    let mut got = vec![0u8; payload.len()];
+                    let r = loop {
+                        match rx.step(&mut src, 1, (tag, &calls), &mut Sink::Copy(&mut got), 64) {
+                            Ok((_, true)) => break Ok(()),
+                            Ok(_) => {}
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    match r {
+                        Ok(()) => assert!(ok && got == payload, "tag {tag}, step {step}"),
+                        Err(e) => assert!(!ok && e.to_string().contains("corrupted"), "{e}"),
+                    }
+                    if !ok {
+                        break;
+                    }
+                }
+            }
+        }
     }
 
     proptest! {

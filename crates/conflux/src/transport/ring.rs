@@ -32,6 +32,10 @@ fn round_up(x: usize) -> usize {
 pub(crate) struct SendProgress {
     pub header_done: bool,
     pub done: usize,
+    /// The trailing checksum (TCP with `CONFLUX_CHECKSUM`) once computed, and how much of it
+    /// was written.
+    pub crc: Option<u32>,
+    pub crc_done: usize,
 }
 
 pub(crate) struct ShmTx {

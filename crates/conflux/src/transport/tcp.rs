@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::fingerprint::Fingerprint;
-use super::frame::{encode_header, ByteSource, HEADER};
+use super::frame::{encode_header, ByteSource, CRC_BIT, HEADER};
 use super::ring::SendProgress;
 use super::LinkError;
 
@@ -23,6 +23,8 @@ pub(crate) struct TcpLink {
     /// Set at end of stream to the bytes then buffered: they are handed out once more, and if
     /// nobody takes any, the stream can never deliver what its reader waits for.
     eof_with: Option<usize>,
+    /// Follow every payload with its CRC32C (`CONFLUX_CHECKSUM`).
+    checksum: bool,
 }
 
 /// Applies the socket options every data connection gets.
@@ -35,9 +37,10 @@ pub(crate) fn tune_socket(stream: &TcpStream, bufsize: usize) -> std::io::Result
 }
 
 impl TcpLink {
-    pub fn new(stream: TcpStream, peer: usize, chunk: usize) -> std::io::Result<TcpLink> {
+    pub fn new(stream: TcpStream, peer: usize, chunk: usize, checksum: bool) -> std::io::Result<TcpLink> {
         stream.set_nonblocking(true)?;
-        Ok(TcpLink { stream, peer, chunk, rx: vec![0; chunk.max(4096)], rx_start: 0, rx_end: 0, eof_with: None })
+        let rx = vec![0; chunk.max(4096)];
+        Ok(TcpLink { stream, peer, chunk, rx, rx_start: 0, rx_end: 0, eof_with: None, checksum })
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -63,14 +66,31 @@ impl TcpLink {
         data: &[u8],
         st: &mut SendProgress,
     ) -> Result<(bool, bool), LinkError> {
-        let header = encode_header(tag, data.len(), call);
+        let header = encode_header(if self.checksum { tag | CRC_BIT } else { tag }, data.len(), call);
         let mut progressed = false;
         loop {
             // `done` counts header bytes first, then payload bytes.
             let hdr_left = if st.header_done { 0 } else { HEADER - st.done };
             let pay_at = if st.header_done { st.done } else { 0 };
             if hdr_left == 0 && pay_at == data.len() {
-                return Ok((progressed, true));
+                if !self.checksum {
+                    return Ok((progressed, true));
+                }
+                // Computed once the payload is out, in one pass: the kernel has copied it.
+                let crc = st.crc.get_or_insert_with(|| crc32c::crc32c(data)).to_le_bytes();
+                match self.stream.write(&crc[st.crc_done..]) {
+                    Ok(n) => {
+                        progressed |= n > 0;
+                        st.crc_done += n;
+                        if st.crc_done == crc.len() {
+                            return Ok((progressed, true));
+                        }
+                        continue;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok((progressed, false)),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(self.io_err(e)),
+                }
             }
             let pay = &data[pay_at..(pay_at + self.chunk).min(data.len())];
             let bufs = [IoSlice::new(&header[HEADER - hdr_left..]), IoSlice::new(pay)];
