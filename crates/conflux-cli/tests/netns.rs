@@ -201,3 +201,26 @@ fn doctor_flags_exactly_the_throttled_nodes_pairs() {
         assert!(t.contains("2 of 3 links flagged"), "no verdict:\n{t}");
     }
 }
+
+/// A host whose link goes down mid-collective (3 nodes x 1 rank, node 1 cut): the ranks on
+/// the other hosts fail naming rank 1 within the keep-alive window (about 5 s), not at their
+/// 60 s deadline.
+#[test]
+fn a_cut_link_is_named_within_the_keep_alive_window() {
+    if !netns_available(&["ip"]) {
+        return;
+    }
+    let out = cluster(3, 1, &[], &["conflux-check", "cut", "1"]);
+    let t = text(&out);
+    for node in [0, 2] {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(&format!("[node {node}]")) && l.contains("CUT-DETECTED"))
+            .unwrap_or_else(|| panic!("node {node} did not report:\n{t}"));
+        let secs: f64 =
+            line.split("after ").nth(1).and_then(|s| s.split('s').next()).and_then(|s| s.parse().ok()).unwrap();
+        assert!(secs < 30.0, "node {node} took {secs}s:\n{t}");
+        assert!(line.contains("rank 1"), "node {node} did not name rank 1:\n{t}");
+    }
+    assert!(out.status.success(), "{t}");
+}

@@ -86,6 +86,8 @@ impl StoreClient {
     pub fn monitor(&self, rank: usize, channel: u64) -> Result<Monitor, StoreError> {
         let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(|e| self.broken(e))?;
         let _ = conn.set_nodelay(true);
+        // And the store's host vanishing must end it here.
+        let _ = crate::transport::keep_alive(&conn);
         let mut m = Monitor { conn, buf: Vec::new(), lost: false };
         m.send(&Enc::new(kind::MONITOR).u64(rank as u64).u64(channel).finish()).map_err(|e| self.broken(e))?;
         m.conn.set_nonblocking(true).map_err(|e| self.broken(e))?;

@@ -129,7 +129,7 @@ impl RxState {
         budget: usize,
     ) -> Result<(bool, bool), LinkError> {
         if matches!(self.progress, RxProgress::BetweenMessages) {
-            if let Some(data) = self.stash.get_mut(&tag).and_then(|q| q.pop_front()) {
+            if let Some(data) = self.take_stashed(tag) {
                 check_len(peer, tag, data.len() as u64, sink.len())?;
                 // Whole payload of whole elements (its length equals the sink's), so all of it is taken.
                 sink.take(0, &data);
@@ -210,6 +210,17 @@ impl RxState {
                 },
             }
         }
+    }
+
+    /// The oldest message set aside with `tag`; a tag with none left leaves the map, so that
+    /// ever new tags do not grow it.
+    fn take_stashed(&mut self, tag: u64) -> Option<Vec<u8>> {
+        let q = self.stash.get_mut(&tag)?;
+        let data = q.pop_front();
+        if q.is_empty() {
+            self.stash.remove(&tag);
+        }
+        data
     }
 
     /// Reads more of the message being set aside; (progressed, finished it).

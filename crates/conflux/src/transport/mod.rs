@@ -26,7 +26,7 @@ use posted::PostedQueue;
 pub(crate) use posted::{Posted, PostedBuf};
 use ring::{SendProgress, ShmRx, ShmTx};
 pub(crate) use shm::{Layout, Segment};
-pub(crate) use tcp::{tune_socket, TcpLink};
+pub(crate) use tcp::{keep_alive, tune_socket, TcpLink};
 use wait::{Idle, SocketInterest, Waiter};
 /// Why a transfer on a link failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

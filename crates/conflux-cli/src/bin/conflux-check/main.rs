@@ -6,6 +6,7 @@
 mod abort;
 mod algos;
 mod calls;
+mod cut;
 mod fusion;
 mod groups;
 mod stuck;
@@ -531,6 +532,10 @@ fn main() -> ExitCode {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
             return abort::scenario_abort(comm, victim);
         }
+        "cut" => {
+            let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
+            return cut::scenario_cut(comm, victim);
+        }
         "stuck" => {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
             return stuck::scenario_stuck(comm, victim);
@@ -561,7 +566,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);
