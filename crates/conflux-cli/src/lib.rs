@@ -4,6 +4,7 @@ pub mod bench;
 pub mod doctor;
 pub mod launch;
 pub mod run;
+pub mod soak;
 pub mod tune;
 pub mod verify;
 

@@ -1,8 +1,9 @@
 //! The `conflux` command: `run` starts a job's ranks, `bench` measures collectives,
-//! `tune` fits the cost model to this machine, `doctor` checks every pair of ranks' link.
+//! `tune` fits the cost model to this machine, `doctor` checks every pair of ranks' link,
+//! `soak` runs random collectives for a while and checks every result.
 
 use clap::{Parser, Subcommand};
-use conflux_cli::{bench, doctor, run, tune};
+use conflux_cli::{bench, doctor, run, soak, tune};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -24,6 +25,8 @@ enum Cmd {
     Tune(tune::TuneArgs),
     /// Measure every pair of ranks' link (latency, bandwidth) and flag the slow ones.
     Doctor(doctor::DoctorArgs),
+    /// Random collectives for a while, every result checked and memory watched.
+    Soak(soak::SoakArgs),
 }
 
 #[allow(unsafe_code)]
@@ -41,5 +44,6 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::main(a),
         Cmd::Tune(a) => tune::main(a),
         Cmd::Doctor(a) => doctor::main(a),
+        Cmd::Soak(a) => soak::main(a),
     }
 }
