@@ -108,6 +108,10 @@ pub struct Config {
     /// (`CONFLUX_CHECKSUM=1`; off by default: TCP's own checksum catches most corruption, and
     /// this one costs a pass over the data on both sides). Each sender chooses for itself.
     pub checksum: bool,
+    /// Floating-point reductions in a fixed order, bitwise identical whatever the algorithm,
+    /// chunking or transport (`CONFLUX_DETERMINISTIC=1`, HCCL_DETERMINISTIC; see
+    /// algo/ordered.rs for its cost). Every rank must set the same.
+    pub deterministic: bool,
 }
 
 impl Default for Config {
@@ -127,6 +131,7 @@ impl Default for Config {
             bucket_bytes: 25 << 20,
             dump_dir: None,
             checksum: false,
+            deterministic: false,
         }
     }
 }
@@ -151,13 +156,8 @@ impl Config {
         c.tune_file = var("CONFLUX_TUNE_FILE").map(Into::into);
         c.node_id = var("CONFLUX_NODE_ID");
         c.dump_dir = var("CONFLUX_DUMP_DIR").map(Into::into);
-        if let Some(v) = var("CONFLUX_CHECKSUM") {
-            c.checksum = match v.as_str() {
-                "1" | "true" | "on" => true,
-                "0" | "false" | "off" => false,
-                _ => return Err(bad("CONFLUX_CHECKSUM", &v)),
-            };
-        }
+        flag_var("CONFLUX_CHECKSUM", &mut c.checksum)?;
+        flag_var("CONFLUX_DETERMINISTIC", &mut c.deterministic)?;
         size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;
         size_var("CONFLUX_SHM_CHUNK", &mut c.shm_chunk_bytes)?;
         size_var("CONFLUX_TCP_CHUNK", &mut c.tcp_chunk_bytes)?;
@@ -206,6 +206,18 @@ pub(crate) fn env_usize(name: &str) -> Result<Option<usize>> {
 
 pub(crate) fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// A 0/1 variable (also true/false, on/off).
+fn flag_var(name: &str, into: &mut bool) -> Result<()> {
+    if let Some(v) = var(name) {
+        *into = match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "on" => true,
+            "0" | "false" | "off" => false,
+            _ => return Err(bad(name, &v)),
+        };
+    }
+    Ok(())
 }
 
 fn size_var(name: &str, into: &mut usize) -> Result<()> {

@@ -7,6 +7,7 @@ pub(crate) mod chain;
 pub(crate) mod direct;
 pub(crate) mod fold;
 pub(crate) mod hier;
+pub(crate) mod ordered;
 pub(crate) mod pairwise;
 pub(crate) mod rabenseifner;
 pub(crate) mod rd;

@@ -121,7 +121,8 @@ impl Core {
             transport.recorder = Arc::new(Recorder::new(world[rank], label, &stem, config.dump_dir.clone()));
             let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
             let (engine, thread) = Engine::start(transport, world[rank], lane)?;
-            let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, call_algo: None };
+            let deterministic = config.deterministic;
+            let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, call_algo: None, deterministic };
             lanes.push(Lane { plan, engine, thread: Mutex::new(Some(thread)), doorbell });
         }
         tracing::info!(prefix, rank, size, local_size, "communicator ready");

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use crate::algo::select::{self, Call};
-use crate::algo::{bruck, chain, direct, even_blocks, hier, pairwise, rabenseifner, rd, ring, sag, tree};
+use crate::algo::{bruck, chain, direct, even_blocks, hier, ordered, pairwise, rabenseifner, rd, ring, sag, tree};
 use crate::algo::{Algo, Circle, OpKind, Step};
 use crate::config::AlgoSpec;
 use crate::dtype::{DataType, ReduceOp};
@@ -76,6 +76,8 @@ pub(crate) struct Plan {
     pub algo: AlgoSpec,
     /// The algorithm this call's handle forces (`Communicator::with_algo`), before `algo`.
     pub call_algo: Option<Algo>,
+    /// Floating-point reductions in rank order (`Config::deterministic`, algo/ordered.rs).
+    pub deterministic: bool,
 }
 
 /// A call as a person reads it in an error message: `all_reduce(float x 1024, sum)`.
@@ -137,7 +139,7 @@ impl Coll<'_> {
     }
 
     /// The fingerprint its messages carry (see `transport/fingerprint.rs`).
-    fn fingerprint(&self, dtype: DataType, algo: Option<Algo>) -> Fingerprint {
+    fn fingerprint(&self, dtype: DataType, algo: Option<Algo>, ordered: bool) -> Fingerprint {
         let elems = |b: &[u8]| b.len() / dtype.size();
         let (op, elems, pieces, root) = match self {
             Coll::AllReduce { out, .. } => {
@@ -152,7 +154,7 @@ impl Coll<'_> {
             Coll::Send { .. } | Coll::Recv { .. } => return Fingerprint::NONE,
         };
         let uneven = matches!(self, Coll::AllToAll { even: false, .. });
-        Fingerprint::new(&CallShape { op, dtype, elems, pieces, uneven, reduce: self.op(), root, algo })
+        Fingerprint::new(&CallShape { op, dtype, elems, pieces, uneven, reduce: self.op(), root, algo, ordered })
     }
 
     /// What the flight recorder keeps of this call.
@@ -184,7 +186,10 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     if let Some(op) = coll.op().filter(|op| !op.accepts(dtype)) {
         return Err(Error::InvalidArgument(format!("{op} is not defined on {dtype}")));
     }
+    // In deterministic mode a floating-point reduction has one schedule, whatever is forced.
+    let ordered = plan.deterministic && plan.size > 1 && dtype.is_float() && coll.op().is_some();
     let algo = match coll.call() {
+        Some(_) if ordered => Algo::Ring,
         Some(call) => {
             pick(t, plan, &call).map_err(|why| Error::InvalidArgument(format!("{}: {why}", Describe(&coll, dtype))))?
         }
@@ -200,10 +205,11 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         Step { tag: COLL_BIT | t.seq, ..step }
     };
     let mut coll = coll;
-    let call = coll.fingerprint(dtype, coll.call().map(|_| algo));
+    let call = coll.fingerprint(dtype, coll.call().filter(|_| !ordered).map(|_| algo), ordered);
     let mark = t.recorder.started(coll.recorded(t.seq, call, dtype));
     let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call) };
     let r = match entered {
+        Ok(()) if ordered => dispatch_ordered(t, &step, &mut coll, dtype),
         Ok(()) => dispatch(t, algo, &step, &mut coll, dtype),
         Err(e) => Err(t.fail(e)),
     };
@@ -349,6 +355,37 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
                 pairwise::barrier(t, s)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// A floating-point reduction in deterministic mode (`ordered.rs`); `run` sends nothing else.
+fn dispatch_ordered(t: &mut Transport, s: &Step, coll: &mut Coll<'_>, dtype: DataType) -> Result<(), LinkError> {
+    let n = s.size;
+    match coll {
+        Coll::AllReduce { input, out, op } => {
+            if let Some(i) = input {
+                out[0].copy_from_slice(i);
+            }
+            ordered::all_reduce(t, s, out, dtype, *op)?;
+            for p in out.iter_mut() {
+                finish_avg(*op, dtype, p, n);
+            }
+        }
+        Coll::Reduce { buf, op, root } => {
+            if s.rank == *root {
+                ordered::reduce(t, s, buf, *root, dtype, *op)?;
+                finish_avg(*op, dtype, buf, n);
+            } else {
+                ordered::reduce(t, s, &mut buf.to_vec(), *root, dtype, *op)?;
+            }
+        }
+        Coll::ReduceScatter { buf, op } => {
+            let blocks = even_blocks(buf.len() / dtype.size(), n, dtype.size());
+            ordered::reduce_scatter(t, s, buf, &blocks, dtype, *op)?;
+            finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
+        }
+        _ => unreachable!("only reductions are ordered"),
     }
     Ok(())
 }

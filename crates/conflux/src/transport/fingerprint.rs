@@ -42,6 +42,8 @@ pub struct Fingerprint {
 }
 
 const BARRIER: u64 = 0xff;
+/// The algorithm field of a reduction in deterministic mode.
+const ORDERED: u64 = 0xfe;
 const ELEMS: u64 = (1 << 48) - 1;
 /// The count of an all_to_all_v, which differs by rank; its lengths are checked per message.
 const UNEVEN: u64 = ELEMS;
@@ -60,6 +62,8 @@ pub struct CallShape {
     pub reduce: Option<ReduceOp>,
     pub root: Option<usize>,
     pub algo: Option<Algo>,
+    /// Reduced in rank order (deterministic mode), by no algorithm of the model's.
+    pub ordered: bool,
 }
 
 impl Fingerprint {
@@ -71,7 +75,7 @@ impl Fingerprint {
         let op = c.op.map_or(BARRIER, |o| index(&OpKind::ALL, &o) + 1);
         let dtype = index(&DataType::ALL, &c.dtype);
         let reduce = c.reduce.map_or(0, |r| index(&ReduceOp::ALL, &r) + 1);
-        let algo = c.algo.map_or(0, |a| index(&Algo::ALL, &a) + 1);
+        let algo = if c.ordered { ORDERED } else { c.algo.map_or(0, |a| index(&Algo::ALL, &a) + 1) };
         let root = c.root.map_or(0, |r| (r as u64 + 1).min(u32::MAX as u64));
         let elems = if c.uneven { UNEVEN } else { (c.elems as u64).min(ELEMS - 1) };
         Fingerprint {
@@ -108,8 +112,10 @@ impl fmt::Display for Fingerprint {
             write!(f, ", {pieces} tensors")?;
         }
         f.write_str(")")?;
-        if let Some(a) = self.field(24).checked_sub(1) {
-            write!(f, " by {}", Algo::ALL.get(a).map_or("?", |a| a.name()))?;
+        match self.field(24) {
+            0 => {}
+            0xfe => f.write_str(" in deterministic order")?,
+            a => write!(f, " by {}", Algo::ALL.get(a - 1).map_or("?", |a| a.name()))?,
         }
         Ok(())
     }
@@ -129,6 +135,7 @@ mod tests {
             reduce: None,
             root: None,
             algo: None,
+            ordered: false,
         }
     }
 
@@ -167,6 +174,7 @@ mod tests {
                 ..shape(Some(OpKind::Reduce))
             },
             CallShape { reduce: Some(ReduceOp::Sum), root: Some(0), pieces: 2, ..shape(Some(OpKind::Reduce)) },
+            CallShape { reduce: Some(ReduceOp::Sum), root: Some(0), ordered: true, ..shape(Some(OpKind::Reduce)) },
         ];
         for v in &variants {
             assert_ne!(Fingerprint::new(v), fp, "{} and {fp} look alike", Fingerprint::new(v));

@@ -9,6 +9,7 @@ mod calls;
 mod cut;
 mod fusion;
 mod groups;
+mod ordered;
 mod stuck;
 
 use std::process::ExitCode;
@@ -546,6 +547,7 @@ fn main() -> ExitCode {
             return scenario_leave(comm, victim);
         }
         "groups" => groups::scenario_groups(comm),
+        "ordered" => ordered::scenario_ordered(comm),
         "algos" | "algos-quick" => {
             let must: Vec<conflux::Algo> =
                 args.get(1).map_or(vec![], |a| a.split(',').filter_map(conflux::Algo::parse).collect());
@@ -566,7 +568,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);

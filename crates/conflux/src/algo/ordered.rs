@@ -1,0 +1,104 @@
+//! Reductions in a fixed order (`CONFLUX_DETERMINISTIC=1`): every element is reduced over the
+//! ranks' contributions in rank order 0, 1, ..., N-1, by the same kernel, whatever the world's
+//! topology, the transport, the chunk sizes or the algorithm the cost model would pick, so
+//! floating-point results are bitwise identical from run to run and between configurations
+//! (HCCL_DETERMINISTIC's promise; NCCL makes none). f16/bf16 accumulate in f32 across all
+//! ranks and round once, as the direct algorithm does, which reduces in the same order.
+//!
+//! The price is data movement: a rank gathers every contribution it reduces before reducing
+//! (all_reduce: an all-gather of the whole buffer, N times the ring's receive volume; reduce:
+//! the root receives N-1 buffers; reduce_scatter: an all-to-all of the blocks, as much as the
+//! ring). `conflux bench` with and without the variable measures it.
+
+use std::ops::Range;
+
+use super::{pairwise, ring, Circle, Step};
+use crate::dtype::{DataType, ReduceOp};
+use crate::reduce;
+use crate::transport::{LinkError, Sink, Transport, Xfer};
+
+/// Reduces the slices of `parts` in their order into `out`.
+fn reduce_in_order(out: &mut [u8], parts: &[&[u8]], dtype: DataType, op: ReduceOp) {
+    reduce::reduce_many(dtype, op, out, parts);
+}
+
+/// `out` (consecutive pieces of one buffer) becomes the ordered reduction over all ranks.
+pub(crate) fn all_reduce(
+    t: &mut Transport,
+    s: &Step,
+    out: &mut [&mut [u8]],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let len: usize = out.iter().map(|p| p.len()).sum();
+    let blocks: Vec<Range<usize>> = (0..s.size).map(|k| k * len..(k + 1) * len).collect();
+    let mut all = vec![0u8; s.size * len];
+    let mut at = blocks[s.rank].start;
+    for p in out.iter() {
+        all[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
+    }
+    ring::all_gather(t, s, &Circle::whole(s), &mut all, &blocks, 0)?;
+    let parts: Vec<&[u8]> = blocks.iter().map(|b| &all[b.clone()]).collect();
+    let mut at = 0;
+    for p in out.iter_mut() {
+        let n = p.len();
+        let slices: Vec<&[u8]> = parts.iter().map(|whole| &whole[at..at + n]).collect();
+        reduce_in_order(p, &slices, dtype, op);
+        at += n;
+    }
+    Ok(())
+}
+
+/// The root's `buf` becomes the ordered reduction; the others send theirs (their `buf` is
+/// a copy the caller made).
+pub(crate) fn reduce(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    root: usize,
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    if s.rank != root {
+        return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data: buf }], s.deadline);
+    }
+    let len = buf.len();
+    let mut all = vec![0u8; s.size * len];
+    all[root * len..(root + 1) * len].copy_from_slice(buf);
+    {
+        let mut xfers: Vec<Xfer<'_>> = Vec::with_capacity(s.size);
+        let mut rest: &mut [u8] = &mut all;
+        for k in 0..s.size {
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
+            if k != root {
+                xfers.push(Xfer::Recv { peer: k, tag: s.tag, sink: Sink::Copy(piece) });
+            }
+        }
+        t.exchange(&mut xfers, s.deadline)?;
+    }
+    let parts: Vec<&[u8]> = (0..s.size).map(|k| &all[k * len..(k + 1) * len]).collect();
+    reduce_in_order(buf, &parts, dtype, op);
+    Ok(())
+}
+
+/// Block `blocks[rank]` of `buf` becomes the ordered reduction of every rank's block there.
+pub(crate) fn reduce_scatter(
+    t: &mut Transport,
+    s: &Step,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    let mine = blocks[s.rank].clone();
+    let b = mine.len();
+    let recv_blocks: Vec<Range<usize>> = (0..s.size).map(|k| k * b..(k + 1) * b).collect();
+    let mut gathered = vec![0u8; s.size * b];
+    gathered[recv_blocks[s.rank].clone()].copy_from_slice(&buf[mine.clone()]);
+    pairwise::all_to_all(t, s, buf, blocks, &mut gathered, &recv_blocks)?;
+    let parts: Vec<&[u8]> = recv_blocks.iter().map(|r| &gathered[r.clone()]).collect();
+    reduce_in_order(&mut buf[mine], &parts, dtype, op);
+    Ok(())
+}
