@@ -4,6 +4,12 @@
 //! Each rank gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //! GROUP_RANK, NODE_RANK, ROLE_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID) so that
 //! programs written for torchrun run unchanged. Ranks die with the launcher (PDEATHSIG).
+//!
+//! The job token (`CONFLUX_JOB_TOKEN`, see `conflux::auth`): a one-node job without one gets a
+//! fresh random token, so its store and links refuse strangers with no setup at all. Nodes of
+//! a multi-node job cannot agree on a random token by themselves, so there the user sets the
+//! same one on every node; unset, the job runs unauthenticated, as torchrun's does, after a
+//! warning (refusing would break every multi-node script written for torchrun).
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -43,6 +49,9 @@ pub enum LaunchError {
     /// A rank's program could not be started.
     #[error("cannot start rank {rank} ({program}): {source}")]
     Spawn { rank: usize, program: String, source: std::io::Error },
+    /// No job token could be made for a one-node job.
+    #[error("cannot make a job token: {0}")]
+    Token(#[from] conflux::auth::AuthError),
     /// A rank exited unsuccessfully; the others were stopped. `code` is its exit status when
     /// it exited with one (not killed), so a program can tell its own verdicts from failures.
     #[error("rank {rank} (local rank {local_rank}, pid {pid}) {status}; the job was stopped")]
@@ -87,10 +96,24 @@ pub fn launch(spec: &LaunchSpec) -> Result<(), LaunchError> {
     };
     let world = spec.nproc_per_node * spec.nnodes;
     let run_id = std::env::var("CONFLUX_RUN_ID").unwrap_or_else(|_| new_run_id());
+    // Set: the ranks inherit it. Unset: made here for one node; see the module's doc.
+    let token = match conflux::config::job_token_from_env() {
+        Some(_) => None,
+        None if spec.nnodes == 1 => Some(conflux::auth::Token::generate()?),
+        None => {
+            eprintln!(
+                "conflux run: warning: CONFLUX_JOB_TOKEN is not set, so this {}-node job is not \
+                 authenticated: anyone who can reach its ports can join or disturb it. Set the same \
+                 CONFLUX_JOB_TOKEN on every node.",
+                spec.nnodes
+            );
+            None
+        }
+    };
     let mut ranks: Vec<Rank> = Vec::with_capacity(spec.nproc_per_node);
     for local in 0..spec.nproc_per_node {
         let rank = spec.node_rank * spec.nproc_per_node + local;
-        match spawn(spec, rank, local, world, port, &run_id) {
+        match spawn(spec, rank, local, world, port, &run_id, token.as_ref()) {
             Ok(r) => ranks.push(r),
             Err(e) => {
                 stop(&mut ranks);
@@ -122,6 +145,7 @@ fn spawn(
     world: usize,
     port: u16,
     run_id: &str,
+    token: Option<&conflux::auth::Token>,
 ) -> Result<Rank, LaunchError> {
     let is_python = spec.program.extension().is_some_and(|e| e == "py");
     let mut cmd = if is_python {
@@ -147,6 +171,9 @@ fn spawn(
     if std::env::var_os("OMP_NUM_THREADS").is_none() {
         // torchrun's default too: N ranks each starting one thread per core oversubscribe.
         cmd.env("OMP_NUM_THREADS", "1");
+    }
+    if let Some(t) = token {
+        cmd.env("CONFLUX_JOB_TOKEN", t.expose());
     }
     for (k, v) in &spec.extra_env {
         cmd.env(k, v);

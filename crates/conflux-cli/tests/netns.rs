@@ -46,6 +46,11 @@ fn netns_available(tools: &[&str]) -> bool {
 /// binaries too) and returns its output, which it also prints. Fails the test if it does not
 /// finish within LIMIT.
 fn cluster(nodes: usize, nproc: usize, extra: &[&str], cmd: &[&str]) -> Output {
+    cluster_with(nodes, nproc, extra, cmd, &[])
+}
+
+/// `cluster` with `env` added to every node's launcher (and so to its ranks).
+fn cluster_with(nodes: usize, nproc: usize, extra: &[&str], cmd: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd: Vec<&str> = cmd.to_vec();
     match cmd.first() {
         Some(&"conflux") => cmd[0] = CONFLUX,
@@ -58,6 +63,7 @@ fn cluster(nodes: usize, nproc: usize, extra: &[&str], cmd: &[&str]) -> Output {
         .args(extra)
         .arg("--")
         .args(&cmd)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -223,4 +229,38 @@ fn a_cut_link_is_named_within_the_keep_alive_window() {
         assert!(line.contains("rank 1"), "node {node} did not name rank 1:\n{t}");
     }
     assert!(out.status.success(), "{t}");
+}
+
+/// Nodes that share a job token (and name their data interface) run a job over TCP between
+/// namespaces; a node holding another token is refused by the store, by name, and the job fails
+/// instead of hanging.
+#[test]
+fn a_token_shared_across_nodes_and_a_node_with_another() {
+    if !netns_available(&["ip"]) {
+        return;
+    }
+    let env = [("CONFLUX_JOB_TOKEN", "netns-job"), ("CONFLUX_SOCKET_IFNAME", "eth0"), ("CONFLUX_DEBUG", "debug")];
+    let out = cluster_with(2, 2, &[], &["conflux-check", "quick"], &env);
+    let t = text(&out);
+    assert!(out.status.success(), "job failed ({}):\n{t}", out.status);
+    assert_eq!(t.lines().filter(|l| l.contains(" passed, 0 failed")).count(), 4, "every rank passed:\n{t}");
+    // One listener per rank and communicator (the scenario makes more than one); the log's
+    // colours stripped.
+    let mut pieces = t.split('\x1b');
+    let head = pieces.next().unwrap_or_default().to_string();
+    // Every piece after an escape begins with its "[...m" code.
+    let plain = pieces.fold(head, |acc, p| acc + p.split_once('m').map_or(p, |(_, rest)| rest));
+    let bound: Vec<&str> = plain.lines().filter(|l| l.contains("data listener bound")).collect();
+    for r in 0..4 {
+        assert!(bound.iter().any(|l| l.contains(&format!("rank={r} "))), "rank {r} logged no listener:\n{plain}");
+    }
+    assert!(bound.iter().all(|l| l.contains("addr=10.77.0.") && l.contains("authenticated=true")), "{bound:?}");
+
+    let other = format!("[ \"$NODE_RANK\" = 1 ] && export CONFLUX_JOB_TOKEN=another; exec {CHECK} quick");
+    let env = [("CONFLUX_JOB_TOKEN", "netns-job"), ("CONFLUX_TIMEOUT_S", "10")];
+    let out = cluster_with(2, 1, &[], &["bash", "-c", &other], &env);
+    let t = text(&out);
+    assert!(!out.status.success(), "a node with another token joined:\n{t}");
+    assert!(t.lines().any(|l| l.starts_with("[node 1]") && l.contains("authentication failed")), "{t}");
+    assert!(t.contains("store: refused the connection from 10.77.0.2:"), "node 0 logs the stranger:\n{t}");
 }

@@ -17,7 +17,7 @@ fn classify(e: &Error) -> &'static str {
             LinkError::Aborted => "ClosedError",
             _ => "PeerError",
         },
-        Error::Store(_) | Error::Setup { .. } => "ConfluxError",
+        Error::Store(_) | Error::Setup { .. } | Error::Auth { .. } => "ConfluxError",
     }
 }
 

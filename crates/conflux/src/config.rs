@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::algo::{Algo, OpKind};
+use crate::auth::Token;
 use crate::error::{Error, Result};
 
 /// Which link type pairs of ranks use (`CONFLUX_TRANSPORT`, HCCL's set_transport).
@@ -112,6 +113,13 @@ pub struct Config {
     /// chunking or transport (`CONFLUX_DETERMINISTIC=1`, HCCL_DETERMINISTIC; see
     /// algo/ordered.rs for its cost). Every rank must set the same.
     pub deterministic: bool,
+    /// The job's shared secret (`CONFLUX_JOB_TOKEN`): when set, every store and TCP data
+    /// connection proves both ends hold it before anything else is read (see `auth`). Unset,
+    /// connections are not authenticated, as before tokens existed.
+    pub job_token: Option<Token>,
+    /// The interface whose IPv4 address the data listeners bind to (`CONFLUX_SOCKET_IFNAME`,
+    /// as NCCL_SOCKET_IFNAME); unset, the address this host uses to reach the store.
+    pub socket_ifname: Option<String>,
 }
 
 impl Default for Config {
@@ -132,6 +140,8 @@ impl Default for Config {
             dump_dir: None,
             checksum: false,
             deterministic: false,
+            job_token: None,
+            socket_ifname: None,
         }
     }
 }
@@ -176,6 +186,8 @@ impl Config {
             let us: u64 = v.parse().map_err(|_| bad("CONFLUX_SPIN_US", &v))?;
             c.spin = Some(Duration::from_micros(us));
         }
+        c.job_token = job_token_from_env();
+        c.socket_ifname = var("CONFLUX_SOCKET_IFNAME").map(|v| v.trim().to_string());
         c.validate()?;
         Ok(c)
     }
@@ -194,6 +206,11 @@ impl Config {
         check(self.tcp_inflight >= 1 && self.tcp_inflight <= 1024, "tcp inflight must be 1..1024")?;
         check(!self.timeout.is_zero(), "timeout must be positive")
     }
+}
+
+/// The job token `CONFLUX_JOB_TOKEN` holds, if set and not empty (the launcher asks too).
+pub fn job_token_from_env() -> Option<Token> {
+    var("CONFLUX_JOB_TOKEN").map(Token::new)
 }
 
 /// Reads the torchrun variable `name` as a number.

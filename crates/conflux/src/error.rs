@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::auth::AuthError;
 use crate::store::StoreError;
 use crate::transport::LinkError;
 
@@ -23,6 +24,9 @@ pub enum Error {
     /// The rendezvous store failed during setup.
     #[error("rendezvous failed: {0}")]
     Store(#[from] StoreError),
+    /// A TCP data connection between ranks did not authenticate (see [`crate::auth`]).
+    #[error("{context}: {source}")]
+    Auth { context: String, source: AuthError },
     /// A system call failed while setting the communicator up.
     #[error("{context}: {source}")]
     Setup { context: String, source: Arc<std::io::Error> },

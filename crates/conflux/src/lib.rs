@@ -1,5 +1,6 @@
 //! conflux: collective communication for CPU processes over shared memory and TCP.
 
+pub mod auth;
 pub mod dtype;
 /// Re-exported for `with_dtype!`, whose expansions name the half types.
 pub use half;

@@ -2,13 +2,15 @@
 //! shared segment, connect the TCP mesh, and wait until every rank is ready.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::netif::data_listen_ip;
 use crate::algo::select::{Model, Topo};
+use crate::auth::{self, Purpose, Token};
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
 use crate::store::StoreClient;
@@ -103,13 +105,6 @@ pub(crate) fn node_id(cfg: &Config) -> String {
     format!("{host}/{}", boot.trim())
 }
 
-/// The local address this host uses to reach `target` (no packet is sent).
-fn local_ip_towards(target: SocketAddr) -> std::io::Result<IpAddr> {
-    let udp = UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })?;
-    udp.connect(target)?;
-    Ok(udp.local_addr()?.ip())
-}
-
 pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
     addr.to_socket_addrs()
         .map_err(|e| Error::Config(format!("cannot resolve store address {addr:?}: {e}")))?
@@ -135,8 +130,7 @@ pub(crate) struct Meeting<'a> {
 pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, abort: Arc<AtomicBool>) -> Result<Built> {
     let (store, store_addr, prefix) = (at.store, at.store_addr, at.prefix);
     let deadline = Instant::now() + cfg.timeout;
-    let ip =
-        local_ip_towards(store_addr).map_err(|e| Error::setup("finding the local address towards the store", e))?;
+    let ip = data_listen_ip(cfg, store_addr)?;
     let listener =
         TcpListener::bind((ip, 0)).map_err(|e| Error::setup(format!("binding a data listener on {ip}"), e))?;
     let me = Peer {
@@ -145,6 +139,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
         addr: listener.local_addr().map_err(|e| Error::setup("data listener address", e))?,
         cores: cores(),
     };
+    tracing::debug!(rank, addr = %me.addr, authenticated = cfg.job_token.is_some(), "data listener bound");
     store.set(&format!("{prefix}/rank/{rank}"), &me.encode())?;
     let mut peers = Vec::with_capacity(size);
     for r in 0..size {
@@ -176,7 +171,8 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
         }
     }
     let bufsize = cfg.socket_buf_bytes.unwrap_or(cfg.tcp_chunk_bytes * cfg.tcp_inflight);
-    for (p, stream) in connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), deadline)? {
+    let token = cfg.job_token.as_ref();
+    for (p, stream) in connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), token, deadline)? {
         tune_socket(&stream, bufsize).map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
         let link = TcpLink::new(stream, p, cfg.tcp_chunk_bytes, cfg.checksum)
             .map_err(|e| Error::setup("non-blocking socket", e))?;
@@ -242,18 +238,29 @@ fn map_segment(
     }
 }
 
-/// Connects to every lower rank that needs TCP and accepts every higher one.
+/// Connects to every lower rank that needs TCP and accepts every higher one. With `token`,
+/// each connection first passes the handshake; an accepted one that fails it is closed unread
+/// and logged, and the wait goes on for the real peer.
 fn connect_mesh(
     listener: &TcpListener,
     peers: &[Peer],
     rank: usize,
     wants_tcp: &dyn Fn(usize) -> bool,
+    token: Option<&Token>,
     deadline: Instant,
 ) -> Result<Vec<(usize, TcpStream)>> {
     let mut out = Vec::new();
     for p in (0..rank).filter(|&p| wants_tcp(p)) {
         let mut s = TcpStream::connect_timeout(&peers[p].addr, left(deadline))
             .map_err(|e| Error::setup(format!("connecting to rank {p} at {}", peers[p].addr), e))?;
+        if let Some(t) = token {
+            // The job's deadline, not the handshake's: rank p answers only once it has made its
+            // own connections to the ranks below it.
+            auth::connect(&s, t, Purpose::Data, left(deadline)).map_err(|source| Error::Auth {
+                context: format!("data connection to rank {p} at {}", peers[p].addr),
+                source,
+            })?;
+        }
         let mut hello = [0u8; 16];
         hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         hello[8..].copy_from_slice(&(rank as u64).to_le_bytes());
@@ -264,9 +271,14 @@ fn connect_mesh(
     listener.set_nonblocking(true).map_err(|e| Error::setup("listener", e))?;
     while !expected.is_empty() {
         match listener.accept() {
-            Ok((mut s, _)) => {
+            Ok((mut s, from_addr)) => {
                 s.set_nonblocking(false).ok();
-                s.set_read_timeout(Some(left(deadline).min(Duration::from_secs(10)))).ok();
+                let patience = left(deadline).min(auth::HANDSHAKE_TIMEOUT);
+                if let Some(Err(e)) = token.map(|t| auth::accept(&s, t, Purpose::Data, patience)) {
+                    tracing::warn!("rank {rank}: refused a data connection from {from_addr}: {e}");
+                    continue;
+                }
+                s.set_read_timeout(Some(patience)).ok();
                 let mut hello = [0u8; 16];
                 if s.read_exact(&mut hello).is_err() {
                     continue;
@@ -293,3 +305,6 @@ fn connect_mesh(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,7 @@ mod engine;
 mod fusion;
 mod group;
 mod health;
+mod netif;
 mod ops;
 mod session;
 
@@ -115,7 +116,7 @@ impl Communicator {
         if size == 0 || rank >= size {
             return Err(invalid(format!("rank {rank} is not in a world of size {size}")));
         }
-        let session = Arc::new(Session::open(rank, size, store, config.timeout)?);
+        let session = Arc::new(Session::open(rank, size, store, config.timeout, config.job_token.as_ref())?);
         let world: Arc<[usize]> = (0..size).collect();
         let core = Core::new(session, "conflux".into(), world, rank, config, true)?;
         Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })

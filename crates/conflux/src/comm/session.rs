@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::bootstrap::resolve;
+use crate::auth::Token;
 use crate::error::{Error, Result};
 use crate::store::{Monitor, StoreClient, StoreServer};
 
@@ -26,7 +27,15 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub fn open(rank: usize, size: usize, store: Option<String>, timeout: Duration) -> Result<Session> {
+    /// Joins (on rank 0, serves) the store at `store`; with `token`, every connection to it
+    /// is authenticated.
+    pub fn open(
+        rank: usize,
+        size: usize,
+        store: Option<String>,
+        timeout: Duration,
+        token: Option<&Token>,
+    ) -> Result<Session> {
         let mut s = Session {
             world_size: size,
             store: None,
@@ -38,8 +47,8 @@ impl Session {
         if size > 1 {
             let addr_s = store.ok_or_else(|| Error::Config("a store address is needed when size > 1".into()))?;
             let addr = resolve(&addr_s)?;
-            s.server = if rank == 0 { Some(StoreServer::bind(addr)?) } else { None };
-            let client = StoreClient::connect(&addr_s, timeout)?;
+            s.server = if rank == 0 { Some(StoreServer::bind(addr, token.cloned())?) } else { None };
+            let client = StoreClient::connect(&addr_s, timeout, token.cloned())?;
             *s.line.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(client.monitor(rank, 0)?);
             s.store = Some((client, addr));
         }

@@ -2,6 +2,7 @@
 
 use super::wire::{self, kind, Dec, Enc};
 use super::{Event, StoreError};
+use crate::auth::{self, AuthError, Purpose, Token};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -15,11 +16,14 @@ const REPLY_SLACK: Duration = Duration::from_secs(5);
 pub struct StoreClient {
     addr: SocketAddr,
     conn: Mutex<TcpStream>,
+    /// Proves every connection this client opens (monitors too), when the job has a token.
+    token: Option<Token>,
 }
 
 impl StoreClient {
     /// Connects to `addr` ("host:port"), retrying until `timeout`: rank 0 may not be serving yet.
-    pub fn connect(addr: &str, timeout: Duration) -> Result<StoreClient, StoreError> {
+    /// With `token`, runs the mutual handshake first; its failure is final, not retried.
+    pub fn connect(addr: &str, timeout: Duration, token: Option<Token>) -> Result<StoreClient, StoreError> {
         let deadline = Instant::now() + timeout;
         let fail = |detail: String| StoreError::Connection { addr: addr.to_string(), detail };
         let mut pause = Duration::from_millis(5);
@@ -28,7 +32,9 @@ impl StoreClient {
                 Ok(sa) => match TcpStream::connect_timeout(&sa, Duration::from_secs(2)) {
                     Ok(conn) => {
                         let _ = conn.set_nodelay(true);
-                        return Ok(StoreClient { addr: sa, conn: Mutex::new(conn) });
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        prove(&conn, sa, token.as_ref(), left.min(auth::HANDSHAKE_TIMEOUT))?;
+                        return Ok(StoreClient { addr: sa, conn: Mutex::new(conn), token });
                     }
                     Err(e) => e.to_string(),
                 },
@@ -88,6 +94,7 @@ impl StoreClient {
         let _ = conn.set_nodelay(true);
         // And the store's host vanishing must end it here.
         let _ = crate::transport::keep_alive(&conn);
+        prove(&conn, self.addr, self.token.as_ref(), auth::HANDSHAKE_TIMEOUT)?;
         let mut m = Monitor { conn, buf: Vec::new(), lost: false };
         m.send(&Enc::new(kind::MONITOR).u64(rank as u64).u64(channel).finish()).map_err(|e| self.broken(e))?;
         m.conn.set_nonblocking(true).map_err(|e| self.broken(e))?;
@@ -108,7 +115,19 @@ impl StoreClient {
     }
 
     fn broken(&self, e: std::io::Error) -> StoreError {
+        if e.kind() == ErrorKind::PermissionDenied {
+            return StoreError::Auth { addr: self.addr.to_string(), source: AuthError::Required("store") };
+        }
         StoreError::Connection { addr: self.addr.to_string(), detail: e.to_string() }
+    }
+}
+
+/// Runs the handshake on a new connection to the store at `addr`, when there is a token.
+fn prove(conn: &TcpStream, addr: SocketAddr, token: Option<&Token>, timeout: Duration) -> Result<(), StoreError> {
+    match token {
+        None => Ok(()),
+        Some(t) => auth::connect(conn, t, Purpose::Store, timeout)
+            .map_err(|source| StoreError::Auth { addr: addr.to_string(), source }),
     }
 }
 

@@ -11,6 +11,11 @@
 //! Wire format (both directions): frames of `u32 LE body length` + body, body = `u8 kind` +
 //! fields; byte strings are `u32 LE length` + bytes, integers are 8 bytes LE. Lengths are
 //! checked against [`wire::MAX_FRAME`] before anything is allocated.
+//!
+//! With a job token, each connection first runs [`crate::auth`]'s handshake; the server reads
+//! no request from a connection that failed it.
+
+use crate::auth::AuthError;
 
 mod client;
 mod server;
@@ -28,6 +33,10 @@ pub enum StoreError {
     /// A key did not appear before the deadline.
     #[error("timed out after {secs:.1}s waiting for key(s) {keys:?}")]
     Timeout { keys: Vec<String>, secs: f64 },
+    /// The connection did not authenticate (see [`crate::auth`]): the two ends hold
+    /// different job tokens, or only one holds one.
+    #[error("store at {addr}: {source}")]
+    Auth { addr: String, source: AuthError },
     /// The peer spoke something that is not the store protocol, or a frame was too large.
     #[error("store protocol violation: {0}")]
     Protocol(String),

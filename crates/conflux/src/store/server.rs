@@ -6,6 +6,7 @@
 
 use super::wire::{self, kind, Dec, Enc};
 use super::{Event, StoreError};
+use crate::auth::{self, Purpose, Token};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -27,6 +28,8 @@ pub struct StoreServer {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// Every connection must prove it holds this before a single request is read.
+    token: Option<Token>,
 }
 
 #[derive(Default)]
@@ -46,12 +49,14 @@ struct State {
 }
 
 impl StoreServer {
-    /// Listens on `addr` (port 0 picks a free one).
-    pub fn bind(addr: SocketAddr) -> Result<StoreServer, StoreError> {
+    /// Listens on `addr` (port 0 picks a free one). With `token`, serves only connections that
+    /// pass the handshake; the others are closed unread, with a warning naming their address.
+    pub fn bind(addr: SocketAddr, token: Option<Token>) -> Result<StoreServer, StoreError> {
         let err = |e: std::io::Error| StoreError::Connection { addr: addr.to_string(), detail: format!("bind: {e}") };
         let listener = TcpListener::bind(addr).map_err(err)?;
         let addr = listener.local_addr().map_err(err)?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared { token, ..Shared::default() });
+        tracing::debug!(%addr, authenticated = shared.token.is_some(), "store: listening");
         let s = shared.clone();
         let accept = std::thread::Builder::new()
             .name("conflux-store".into())
@@ -134,6 +139,18 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 /// Serves one connection until it closes or breaks the protocol.
 fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
     let mut channel = None;
+    let proven = match &shared.token {
+        None => Ok(()),
+        Some(t) => auth::accept(&conn, t, Purpose::Store, auth::HANDSHAKE_TIMEOUT),
+    };
+    if let Err(e) = proven {
+        if !shared.lock().closing {
+            let peer = conn.peer_addr().map_or_else(|_| "an unknown address".into(), |a| a.to_string());
+            tracing::warn!("store: refused the connection from {peer}: {e}");
+        }
+        // Skips the request loop: nothing this connection sent is ever parsed.
+        return forget(conn, &shared, None);
+    }
     while let Ok(Some(body)) = wire::read_frame(&mut conn) {
         let reply = match handle(&body, &shared, &mut channel, &conn) {
             Ok(r) => r,
@@ -148,6 +165,12 @@ fn serve(mut conn: TcpStream, shared: Arc<Shared>) {
             }
         }
     }
+    forget(conn, &shared, channel);
+}
+
+/// Closes `conn` and drops it from the state; a monitor channel closing without a goodbye is
+/// a rank's death.
+fn forget(conn: TcpStream, shared: &Shared, channel: Option<Channel>) {
     let _ = conn.shutdown(Shutdown::Both);
     let mut st = shared.lock();
     st.conns.retain(|c| c.peer_addr().ok() != conn.peer_addr().ok() || c.local_addr().ok() != conn.local_addr().ok());

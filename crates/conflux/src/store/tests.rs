@@ -1,12 +1,13 @@
 //! The store over real loopback sockets.
 
 use super::*;
+use crate::auth::{AuthError, Token};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 fn serve() -> (StoreServer, String) {
-    let s = StoreServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let s = StoreServer::bind("127.0.0.1:0".parse().unwrap(), None).unwrap();
     let a = s.local_addr().to_string();
     (s, a)
 }
@@ -16,7 +17,7 @@ const T: Duration = Duration::from_secs(5);
 #[test]
 fn set_get_wait_add() {
     let (_s, addr) = serve();
-    let c = StoreClient::connect(&addr, T).unwrap();
+    let c = StoreClient::connect(&addr, T, None).unwrap();
     c.set("a", b"hello").unwrap();
     assert_eq!(c.get("a", T).unwrap(), b"hello");
     c.wait(&["a"], T).unwrap();
@@ -29,11 +30,11 @@ fn set_get_wait_add() {
 #[test]
 fn get_blocks_until_another_client_sets() {
     let (_s, addr) = serve();
-    let c = StoreClient::connect(&addr, T).unwrap();
+    let c = StoreClient::connect(&addr, T, None).unwrap();
     let a2 = addr.clone();
     let setter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
-        StoreClient::connect(&a2, T).unwrap().set("late", b"x").unwrap();
+        StoreClient::connect(&a2, T, None).unwrap().set("late", b"x").unwrap();
     });
     assert_eq!(c.get("late", T).unwrap(), b"x");
     setter.join().unwrap();
@@ -42,7 +43,7 @@ fn get_blocks_until_another_client_sets() {
 #[test]
 fn missing_keys_time_out_and_are_named() {
     let (_s, addr) = serve();
-    let c = StoreClient::connect(&addr, T).unwrap();
+    let c = StoreClient::connect(&addr, T, None).unwrap();
     c.set("there", b"1").unwrap();
     let t0 = Instant::now();
     let e = c.wait(&["there", "absent"], Duration::from_millis(200)).unwrap_err();
@@ -56,7 +57,7 @@ fn missing_keys_time_out_and_are_named() {
 #[test]
 fn connect_fails_with_a_deadline_when_nobody_serves() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let e = StoreClient::connect(&format!("127.0.0.1:{port}"), Duration::from_millis(300)).err().unwrap();
+    let e = StoreClient::connect(&format!("127.0.0.1:{port}"), Duration::from_millis(300), None).err().unwrap();
     assert!(matches!(e, StoreError::Connection { .. }), "{e}");
 }
 
@@ -74,7 +75,7 @@ fn next_event(m: &mut Monitor) -> Event {
 #[test]
 fn monitors_hear_of_deaths_failures_and_leaving_ranks() {
     let (s, addr) = serve();
-    let c = StoreClient::connect(&addr, T).unwrap();
+    let c = StoreClient::connect(&addr, T, None).unwrap();
     let mut m0 = c.monitor(0, 0).unwrap();
     let m1 = c.monitor(1, 0).unwrap();
     let mut m2 = c.monitor(2, 0).unwrap();
@@ -102,7 +103,7 @@ fn monitors_hear_of_deaths_failures_and_leaving_ranks() {
 #[test]
 fn channels_of_one_rank_each_hear_events_and_die_once() {
     let (s, addr) = serve();
-    let c = StoreClient::connect(&addr, T).unwrap();
+    let c = StoreClient::connect(&addr, T, None).unwrap();
     let mut watcher = c.monitor(0, 0).unwrap();
     let mut watcher_group = c.monitor(0, 7).unwrap();
     let mut main1 = c.monitor(1, 0).unwrap();
@@ -137,7 +138,7 @@ fn garbage_and_oversized_frames_close_only_that_connection() {
         let mut b = [0u8; 1];
         assert_eq!(std::io::Read::read(r, &mut b).unwrap_or(0), 0, "closed");
     }
-    let c = StoreClient::connect(&addr, T).unwrap();
+    let c = StoreClient::connect(&addr, T, None).unwrap();
     c.set("k", b"v").unwrap();
     assert_eq!(c.get("k", T).unwrap(), b"v");
 }
@@ -176,7 +177,7 @@ mod fuzz {
         #[test]
         fn a_connection_sending_anything_does_not_harm_the_others(bytes in frames()) {
             let (_s, addr) = serve();
-            let good = StoreClient::connect(&addr, T).unwrap();
+            let good = StoreClient::connect(&addr, T, None).unwrap();
             good.set("k", b"v").unwrap();
             let mut bad = TcpStream::connect(&addr).unwrap();
             let _ = bad.write_all(&bytes);
@@ -186,7 +187,7 @@ mod fuzz {
             let mut sink = Vec::new();
             let _ = bad.read_to_end(&mut sink);
             prop_assert_eq!(good.get("k", T).unwrap(), b"v".to_vec());
-            prop_assert_eq!(StoreClient::connect(&addr, T).unwrap().add("n", 2).unwrap(), 2);
+            prop_assert_eq!(StoreClient::connect(&addr, T, None).unwrap().add("n", 2).unwrap(), 2);
         }
 
         #[test]
@@ -199,4 +200,63 @@ mod fuzz {
             }
         }
     }
+}
+
+fn serve_with(token: &str) -> (StoreServer, String) {
+    let s = StoreServer::bind("127.0.0.1:0".parse().unwrap(), Some(Token::new(token))).unwrap();
+    let a = s.local_addr().to_string();
+    (s, a)
+}
+
+#[test]
+fn with_a_token_the_right_clients_and_their_monitors_are_served() {
+    let (s, addr) = serve_with("job-1");
+    let c = StoreClient::connect(&addr, T, Some(Token::new("job-1"))).unwrap();
+    c.set("a", b"1").unwrap();
+    assert_eq!(c.get("a", T).unwrap(), b"1");
+    let mut m0 = c.monitor(0, 0).unwrap();
+    let m1 = c.monitor(1, 0).unwrap();
+    drop(m1);
+    assert_eq!(next_event(&mut m0), Event::RankDied { rank: 1 });
+    m0.goodbye();
+    assert_eq!(s.wait_goodbyes(2, T), 2);
+}
+
+#[test]
+fn a_wrong_token_or_none_is_refused_with_an_authentication_error() {
+    let (_s, addr) = serve_with("job-1");
+    let e = StoreClient::connect(&addr, T, Some(Token::new("job-2"))).err().unwrap();
+    assert!(matches!(e, StoreError::Auth { source: AuthError::Closed(_), .. }), "{e}");
+    assert!(e.to_string().contains("authentication failed"), "{e}");
+    // A client without a token connects, but its first request hears the challenge.
+    let c = StoreClient::connect(&addr, T, None).unwrap();
+    let e = c.set("k", b"v").unwrap_err();
+    assert!(matches!(e, StoreError::Auth { source: AuthError::Required(_), .. }), "{e}");
+    let ok = StoreClient::connect(&addr, T, Some(Token::new("job-1"))).unwrap();
+    assert!(matches!(ok.get("k", Duration::from_millis(100)), Err(StoreError::Timeout { .. })), "k was not set");
+}
+
+#[test]
+fn a_client_with_a_token_does_not_trust_a_store_without_one() {
+    let (_s, addr) = serve();
+    let t0 = Instant::now();
+    let e = StoreClient::connect(&addr, Duration::from_millis(300), Some(Token::new("t"))).err().unwrap();
+    assert!(matches!(e, StoreError::Auth { source: AuthError::Timeout(..), .. }), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn an_unauthenticated_request_is_never_acted_on() {
+    let (_s, addr) = serve_with("job-1");
+    // A well-formed SET, longer than the handshake's answer so the server reads it as one.
+    let set = wire::Enc::new(wire::kind::SET).bytes(b"evil").bytes(&[b'x'; 100]).finish();
+    let mut raw = TcpStream::connect(&addr).unwrap();
+    raw.write_all(&set).unwrap();
+    raw.set_read_timeout(Some(T)).unwrap();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut raw, &mut got).unwrap();
+    assert_eq!(got.len(), 40, "only the challenge, then the close: no reply to the SET");
+    assert_eq!(got[..8], crate::auth::MAGIC);
+    let c = StoreClient::connect(&addr, T, Some(Token::new("job-1"))).unwrap();
+    assert!(matches!(c.get("evil", Duration::from_millis(100)), Err(StoreError::Timeout { .. })));
 }

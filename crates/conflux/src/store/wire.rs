@@ -103,6 +103,10 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         other => other?,
     }
+    if len == crate::auth::MAGIC[..4] {
+        // An authentication challenge where a reply was due: the peer holds a token, we none.
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the peer demands authentication"));
+    }
     let n = u32::from_le_bytes(len) as usize;
     if n == 0 || n > MAX_FRAME {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("frame of {n} bytes")));

@@ -509,6 +509,8 @@ fn scenario_mismatch(comm: Communicator) -> ExitCode {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let scenario = args.first().map(String::as_str).unwrap_or("colls");
+    // Warnings (a refused connection, say) reach stderr, where tests look for them.
+    conflux_cli::init_logging();
     let comm = match Communicator::from_env() {
         Ok(c) => c,
         Err(e) => {
