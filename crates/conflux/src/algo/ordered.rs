@@ -17,11 +17,6 @@ use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
-/// Reduces the slices of `parts` in their order into `out`.
-fn reduce_in_order(out: &mut [u8], parts: &[&[u8]], dtype: DataType, op: ReduceOp) {
-    reduce::reduce_many(dtype, op, out, parts);
-}
-
 /// `out` (consecutive pieces of one buffer) becomes the ordered reduction over all ranks.
 pub(crate) fn all_reduce(
     t: &mut Transport,
@@ -44,7 +39,7 @@ pub(crate) fn all_reduce(
     for p in out.iter_mut() {
         let n = p.len();
         let slices: Vec<&[u8]> = parts.iter().map(|whole| &whole[at..at + n]).collect();
-        reduce_in_order(p, &slices, dtype, op);
+        reduce::reduce_many(dtype, op, p, &slices);
         at += n;
     }
     Ok(())
@@ -79,7 +74,7 @@ pub(crate) fn reduce(
         t.exchange(&mut xfers, s.deadline)?;
     }
     let parts: Vec<&[u8]> = (0..s.size).map(|k| &all[k * len..(k + 1) * len]).collect();
-    reduce_in_order(buf, &parts, dtype, op);
+    reduce::reduce_many(dtype, op, buf, &parts);
     Ok(())
 }
 
@@ -99,6 +94,6 @@ pub(crate) fn reduce_scatter(
     gathered[recv_blocks[s.rank].clone()].copy_from_slice(&buf[mine.clone()]);
     pairwise::all_to_all(t, s, buf, blocks, &mut gathered, &recv_blocks)?;
     let parts: Vec<&[u8]> = recv_blocks.iter().map(|r| &gathered[r.clone()]).collect();
-    reduce_in_order(&mut buf[mine], &parts, dtype, op);
+    reduce::reduce_many(dtype, op, &mut buf[mine], &parts);
     Ok(())
 }

@@ -348,16 +348,16 @@ fn check_len(peer: usize, tag: u64, got: u64, want: usize) -> Result<(), LinkErr
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! The receive logic on an in-memory byte stream that delivers a few bytes at a time.
     use super::*;
 
     /// Bytes arrive `step` at a time, as a slow link would deliver them.
-    struct Trickle {
-        bytes: Vec<u8>,
-        at: usize,
-        visible: usize,
-        step: usize,
+    pub(super) struct Trickle {
+        pub bytes: Vec<u8>,
+        pub at: usize,
+        pub visible: usize,
+        pub step: usize,
     }
 
     impl ByteSource for Trickle {
@@ -418,29 +418,9 @@ mod fuzz {
     //! Whatever bytes a peer sends, the receive logic returns an error or makes progress: it
     //! never panics, and what it allocates grows with the bytes that arrived, not with the
     //! lengths the headers claim.
+    use super::tests::Trickle as Bytes;
     use super::*;
     use proptest::prelude::*;
-
-    struct Bytes {
-        bytes: Vec<u8>,
-        at: usize,
-        step: usize,
-        visible: usize,
-    }
-
-    impl ByteSource for Bytes {
-        const HEADER_SPAN: usize = HEADER;
-        fn pad(_: usize) -> usize {
-            0
-        }
-        fn available(&mut self) -> Result<&[u8], LinkError> {
-            self.visible = (self.visible + self.step).min(self.bytes.len());
-            Ok(&self.bytes[self.at..self.visible.max(self.at)])
-        }
-        fn consume(&mut self, n: usize) {
-            self.at += n;
-        }
-    }
 
     /// A header with a plausible or absurd tag and length, then some payload bytes.
     fn message() -> impl Strategy<Value = Vec<u8>> {

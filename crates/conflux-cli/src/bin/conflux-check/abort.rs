@@ -11,11 +11,10 @@ use conflux::{Communicator, ReduceOp};
 
 pub(crate) fn scenario_abort(comm: Communicator, victim: usize) -> ExitCode {
     let r = comm.rank();
-    let mut buf = vec![1f32; 1000];
-    if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Sum) {
-        println!("rank {r}: the first all_reduce failed: {e}");
-        return ExitCode::from(1);
-    }
+    let mut buf = match super::warm_up(&comm, 1000, 1) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     if r != victim {
         std::thread::sleep(Duration::from_secs(1));
         let t = Instant::now();

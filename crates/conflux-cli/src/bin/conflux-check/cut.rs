@@ -10,13 +10,10 @@ use conflux::{Communicator, ReduceOp};
 
 pub(crate) fn scenario_cut(comm: Communicator, victim: usize) -> ExitCode {
     let r = comm.rank();
-    let mut buf = vec![1f32; 1 << 16];
-    for _ in 0..5 {
-        if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Sum) {
-            println!("rank {r}: an all_reduce before the cut failed: {e}");
-            return ExitCode::from(1);
-        }
-    }
+    let mut buf = match super::warm_up(&comm, 1 << 16, 5) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     if r == victim {
         // Let the others enter the next all_reduce first.
         std::thread::sleep(Duration::from_millis(300));

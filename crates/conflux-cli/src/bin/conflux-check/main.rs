@@ -454,17 +454,27 @@ fn judge_failure(r: usize, victim: usize, since: Instant, e: Error) -> ! {
     std::process::exit(1);
 }
 
+/// `rounds` all_reduces of `len` elements before a fault is staged; the buffer, or the exit
+/// code of a rank whose warm-up failed (it says so).
+pub(crate) fn warm_up(comm: &Communicator, len: usize, rounds: usize) -> Result<Vec<f32>, ExitCode> {
+    let mut buf = vec![1f32; len];
+    for _ in 0..rounds {
+        if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Sum) {
+            println!("rank {}: an all_reduce before the fault failed: {e}", comm.rank());
+            return Err(ExitCode::from(1));
+        }
+    }
+    Ok(buf)
+}
+
 /// Rank `victim` runs a few collectives, then shuts its communicator down and returns while
 /// the others enter one more: they must fail naming it within seconds, not at the timeout.
 fn scenario_leave(comm: Communicator, victim: usize) -> ExitCode {
     let r = comm.rank();
-    let mut buf = vec![1f32; 1000];
-    for _ in 0..5 {
-        if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Sum) {
-            println!("rank {r}: an all_reduce before the leave failed: {e}");
-            return ExitCode::from(1);
-        }
-    }
+    let mut buf = match warm_up(&comm, 1000, 5) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     if r == victim {
         println!("rank {r}: leaving");
         return match comm.shutdown() {

@@ -9,13 +9,10 @@ use conflux::{Communicator, ReduceOp};
 
 pub(crate) fn scenario_stuck(comm: Communicator, victim: usize) -> ExitCode {
     let r = comm.rank();
-    let mut buf = vec![1f32; 1000];
-    for _ in 0..5 {
-        if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Sum) {
-            println!("rank {r}: an all_reduce before the stop failed: {e}");
-            return ExitCode::from(1);
-        }
-    }
+    let mut buf = match super::warm_up(&comm, 1000, 5) {
+        Ok(b) => b,
+        Err(code) => return code,
+    };
     if r == victim {
         println!("rank {r}: stopping");
         let me = std::process::id().to_string();
