@@ -221,6 +221,30 @@ fn abort_unblocks_this_rank_and_is_named_on_the_others() {
     }
 }
 
+/// 4 ranks, one SIGKILLed mid-all_reduce: the 3 survivors shrink to a communicator of
+/// themselves (order kept, renumbered) and complete 100 more collectives correctly.
+#[test]
+fn survivors_shrink_and_go_on() {
+    for transport in ["shm", "tcp"] {
+        let victim = 2;
+        let children = spawn_ranks(4, &["shrink", &victim.to_string()], |_| {
+            vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "30".into())]
+        });
+        for (r, child) in children.into_iter().enumerate() {
+            let (out, took) = wait_output(child, Duration::from_secs(60));
+            let t = text(&out);
+            if r == victim {
+                assert!(!out.status.success(), "the victim should have died:\n{t}");
+                continue;
+            }
+            let ctx = format!("rank {r} over {transport} after {took:?}:\n{t}");
+            let new_rank = if r < victim { r } else { r - 1 };
+            let done = format!("SHRUNK to 3 ranks [0, 1, 3] as rank {new_rank}: 100 collectives correct");
+            assert!(out.status.success() && t.contains(&done), "{ctx}");
+        }
+    }
+}
+
 /// `conflux run` stops the job within 5 s of a rank's death and names that rank.
 #[test]
 fn launcher_names_the_dead_rank() {

@@ -68,6 +68,8 @@ pub(crate) struct Core {
     pub closed: Mutex<Option<String>>,
     /// Sub-groups made so far (the same count on every rank: making one is collective).
     pub groups: AtomicU64,
+    /// Shrinks made so far (see shrink.rs).
+    pub shrinks: AtomicU64,
     /// Where the ranks are and the cost model, as every lane's transport has them.
     pub topo: Topo,
     pub model: Model,
@@ -139,6 +141,7 @@ impl Core {
             abort,
             closed: Mutex::new(None),
             groups: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
             topo,
             model,
             root,
@@ -172,6 +175,13 @@ impl Core {
             if let Some((seg, me)) = &lane.doorbell {
                 Waiter::wake_self(seg, *me);
             }
+        }
+    }
+
+    /// Makes every lane disregard the store's failure reports that blame `ranks` (global).
+    pub fn ignore_failures_of(&self, ranks: &[usize]) {
+        for lane in &self.lanes {
+            lane.engine.transport().waiter.ignored.extend_from_slice(ranks);
         }
     }
 

@@ -112,7 +112,7 @@ impl Communicator {
     }
 
     /// The communicator of `ranks` (ranks of this one), where this rank is number `me`.
-    fn child(&self, prefix: String, ranks: &[usize], me: usize) -> Result<Communicator> {
+    pub(super) fn child(&self, prefix: String, ranks: &[usize], me: usize) -> Result<Communicator> {
         let world: Arc<[usize]> = ranks.iter().map(|&r| self.core.world[r]).collect();
         let core = Core::new(self.core.session.clone(), prefix, world, me, self.core.config.clone(), false)?;
         Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })

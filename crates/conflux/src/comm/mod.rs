@@ -10,6 +10,7 @@ mod health;
 mod netif;
 mod ops;
 mod session;
+mod shrink;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

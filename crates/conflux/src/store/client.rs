@@ -86,6 +86,18 @@ impl StoreClient {
         }
     }
 
+    /// The ranks that have left the job: their process died or said goodbye (sorted).
+    pub fn gone(&self) -> Result<Vec<usize>, StoreError> {
+        let body = self.request(&Enc::new(kind::GONE).finish(), Duration::ZERO)?;
+        let mut d = Dec::new(&body)?;
+        match d.kind {
+            kind::VALUE => {
+                Ok(d.bytes()?.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8")) as usize).collect())
+            }
+            k => Err(wire::bad(&format!("unexpected reply {k} to gone"))),
+        }
+    }
+
     /// Opens monitor `channel` of `rank`: channel 0 is the process's own line, whose closing
     /// without a goodbye means the rank died; each communicator opens one more of its own, so
     /// that each hears every event.

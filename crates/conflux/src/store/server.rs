@@ -198,6 +198,17 @@ fn handle(
             shared.changed.notify_all();
             Ok(Some(Enc::new(kind::OK).finish()))
         }
+        kind::GONE => {
+            // Ranks whose process line closed: died, or said goodbye on channel 0.
+            let st = shared.lock();
+            let left = st.goodbye.iter().filter(|ch| ch.1 == 0).map(|ch| ch.0);
+            let mut gone: Vec<usize> = st.dead.iter().copied().chain(left).collect();
+            drop(st);
+            gone.sort_unstable();
+            gone.dedup();
+            let list: Vec<u8> = gone.iter().flat_map(|&r| (r as u64).to_le_bytes()).collect();
+            Ok(Some(Enc::new(kind::VALUE).bytes(&list).finish()))
+        }
         kind::ADD => {
             let k = d.str()?.to_string();
             let delta = d.u64()? as i64;

@@ -16,6 +16,7 @@ pub mod kind {
     pub const MONITOR: u8 = 5;
     pub const FAILURE: u8 = 6;
     pub const GOODBYE: u8 = 7;
+    pub const GONE: u8 = 8;
     // Replies and events.
     pub const OK: u8 = 64;
     pub const VALUE: u8 = 65;

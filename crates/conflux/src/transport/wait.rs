@@ -63,6 +63,9 @@ pub(crate) struct Waiter {
     left: Vec<(usize, bool)>,
     /// What the store said about this communicator's ranks so far, for `explain`.
     clues: Vec<Clue>,
+    /// Global ranks whose failures are not this communicator's: the ones a shrink left out,
+    /// which the store's history still reports.
+    pub(crate) ignored: Vec<usize>,
     /// This communicator's rank of each rank of the segment, by segment index.
     pub(crate) seg_ranks: Vec<usize>,
     /// The collective this rank is in and the one before, published on the call board.
@@ -104,6 +107,7 @@ impl Waiter {
             left: Vec::new(),
             clues: Vec::new(),
             seg_ranks: Vec::new(),
+            ignored: Vec::new(),
             calls: Calls::default(),
             from_store: false,
         }
@@ -302,7 +306,8 @@ impl Waiter {
                     None => continue,
                 },
                 Event::Failure { culprit, reporter, reason } => {
-                    if member(culprit).is_none() && member(reporter).is_none() {
+                    let outside = member(culprit).is_none() && member(reporter).is_none();
+                    if outside || self.ignored.contains(&culprit) {
                         continue;
                     }
                     LinkError::Remote { culprit, reporter, reason }

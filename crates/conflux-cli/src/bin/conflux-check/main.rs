@@ -10,6 +10,7 @@ mod cut;
 mod fusion;
 mod groups;
 mod ordered;
+mod shrink;
 mod stuck;
 
 use std::process::ExitCode;
@@ -549,6 +550,10 @@ fn main() -> ExitCode {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
             return cut::scenario_cut(comm, victim);
         }
+        "shrink" => {
+            let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
+            return shrink::scenario_shrink(comm, victim);
+        }
         "stuck" => {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
             return stuck::scenario_stuck(comm, victim);
@@ -580,7 +585,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);
