@@ -55,28 +55,32 @@ fn assert_complete(t: &str, n: usize, kind: &str) {
     }
 }
 
-// The machine is shared and has 2 cores for 3 ranks: a lenient threshold keeps scheduling
-// noise from flagging a pair, while every number is still measured and checked.
+// The machine is shared and has 2 cores for 3 ranks: scheduling can make one local pair 10x
+// slower for a moment, so these tests check that every pair is measured and judged, not that
+// the verdict is "healthy" (a timing result). The netns test, where one host's link is 50x
+// slower by construction, checks that slow pairs are found.
 const LENIENT: &[&str] = &["-n", "3", "--bytes", "1M", "--threshold", "0.2"];
 
-fn healthy_tables(env: &[(&str, &str)], kind: &str) {
+fn judged_tables(env: &[(&str, &str)], kind: &str) {
     let out = doctor(LENIENT, env);
     let t = text(&out);
-    assert!(out.status.success(), "doctor failed ({}):\n{t}", out.status);
+    // 0: healthy; 3: a pair flagged.
+    assert!(matches!(out.status.code(), Some(0 | 3)), "doctor failed ({}):\n{t}", out.status);
     assert!(t.contains("# conflux doctor: 3 ranks on 1 node(s)"), "no header:\n{t}");
     assert_complete(&t, 3, kind);
     assert!(t.contains(&format!("#   {kind}: ")), "no {kind} reference:\n{t}");
-    assert!(t.lines().any(|l| l == "all links healthy"), "no verdict:\n{t}");
+    let verdict = |l: &str| l == "all links healthy" || l.ends_with(" of 3 links flagged");
+    assert!(t.lines().any(verdict), "no verdict:\n{t}");
 }
 
 #[test]
 fn shm_matrices_are_complete() {
-    healthy_tables(&[], "shm");
+    judged_tables(&[], "shm");
 }
 
 #[test]
 fn tcp_matrices_are_complete() {
-    healthy_tables(&[("CONFLUX_TRANSPORT", "tcp")], "tcp");
+    judged_tables(&[("CONFLUX_TRANSPORT", "tcp")], "tcp");
 }
 
 #[test]
@@ -84,13 +88,13 @@ fn json_has_every_pair() {
     let args = [LENIENT, &["--json"]].concat();
     for (env, kind) in [(&[][..], "shm"), (&[("CONFLUX_TRANSPORT", "tcp")][..], "tcp")] {
         let out = doctor(&args, env);
-        assert!(out.status.success(), "doctor --json failed ({}):\n{}", out.status, text(&out));
+        assert!(matches!(out.status.code(), Some(0 | 3)), "doctor --json failed ({}):\n{}", out.status, text(&out));
         let stdout = String::from_utf8(out.stdout).unwrap();
         assert_eq!(stdout.lines().count(), 1, "not one JSON line:\n{stdout}");
         let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}:\n{stdout}"));
         assert_eq!(v["ranks"], 3);
-        assert_eq!(v["healthy"], true);
-        assert_eq!(v["slow"].as_array().map(Vec::len), Some(0), "{v}");
+        let slow = v["slow"].as_array().map(Vec::len);
+        assert_eq!(v["healthy"], slow == Some(0), "{v}");
         for key in ["latency_us", "bandwidth_gbps", "link"] {
             let m = v[key].as_array().unwrap_or_else(|| panic!("no {key}: {v}"));
             assert_eq!(m.len(), 3, "{key}: {v}");
