@@ -7,7 +7,8 @@
 //!
 //! Protocol. A per-communicator counter `gen` numbers chunks, the same on every rank; chunk
 //! `gen` uses the slots and result of parity `gen % 2`.
-//!  1. Write slot(me, p); store `desc[me][p]` (the call's number and fingerprint) and
+//!  1. Write slot(me, p); store `desc[me][p]` (the call's number and fingerprint, and a digest
+//!     of the call before, which `transport/board.rs` would otherwise have to check) and
 //!     `posted[me] = gen` (Release);
 //!     ring every doorbell.
 //!  2. Wait until `posted[k] >= gen` for all k (Acquire); check every rank's `desc`.
@@ -91,7 +92,8 @@ pub(crate) fn all_reduce(
             Some(i) => slot.copy_from_slice(&i[at..at + len]),
             None => each_span(out, at..at + len, |span, off| slot[off..off + span.len()].copy_from_slice(span)),
         }
-        for (w, v) in [t.seq, desc.word, desc.count].into_iter().enumerate() {
+        let before = t.waiter.calls.before_digest();
+        for (w, v) in [t.seq, desc.word, desc.count, before].into_iter().enumerate() {
             seg.u64_at(l.desc(me, p) + 8 * w).store(v, Ordering::Relaxed);
         }
         seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
@@ -102,11 +104,15 @@ pub(crate) fn all_reduce(
         for k in 0..n {
             let word = |w: usize| seg.u64_at(l.desc(k, p) + 8 * w).load(Ordering::Relaxed);
             let (seq, theirs) = (word(0), Fingerprint { word: word(1), count: word(2) });
-            if theirs != desc || seq != t.seq {
-                let detail = if seq == t.seq {
+            if theirs != desc || seq != t.seq || word(3) != before {
+                let detail = if seq != t.seq {
+                    format!("it is in collective call #{seq}, {theirs}, while this rank is in #{}, {desc}", t.seq)
+                } else if theirs != desc {
                     format!("in collective call #{seq} it called {theirs}, this rank called {desc}")
                 } else {
-                    format!("it is in collective call #{seq}, {theirs}, while this rank is in #{}, {desc}", t.seq)
+                    let (prev, mine) = t.waiter.calls.before;
+                    let theirs = t.waiter.peer_call(k, prev).map_or("another call".into(), |f| f.to_string());
+                    format!("in collective call #{prev} it called {theirs}, this rank called {mine}")
                 };
                 let e = LinkError::Mismatch { peer: k, detail };
                 return Err(t.fail(e));

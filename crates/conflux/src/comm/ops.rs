@@ -206,14 +206,14 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     };
     let mut coll = coll;
     let call = coll.fingerprint(dtype, coll.call().filter(|_| !ordered).map(|_| algo), ordered);
-    let mark = t.recorder.started(coll.recorded(t.seq, call, dtype));
-    let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call) };
+    let mark = t.calls_log.started(coll.recorded(t.seq, call, dtype));
+    let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call, algo != Algo::Direct) };
     let r = match entered {
         Ok(()) if ordered => dispatch_ordered(t, &step, &mut coll, dtype),
         Ok(()) => dispatch(t, algo, &step, &mut coll, dtype),
         Err(e) => Err(t.fail(e)),
     };
-    t.recorder.ended(mark, r.is_ok());
+    t.calls_log.ended(mark, r.is_ok());
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }
 

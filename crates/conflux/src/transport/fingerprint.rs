@@ -29,6 +29,13 @@ impl Calls {
         self.before = std::mem::replace(&mut self.now, (seq, call));
     }
 
+    /// One word for the call before, for a rank that compares it along with the current one
+    /// (the direct algorithm's descriptor): equal calls give equal words.
+    pub fn before_digest(&self) -> u64 {
+        let (seq, fp) = self.before;
+        fp.word ^ fp.count.rotate_left(29) ^ seq.rotate_left(47)
+    }
+
     /// This rank's call number `seq`, if it is one of the two.
     pub fn of(&self, seq: u64) -> Option<Fingerprint> {
         [self.now, self.before].into_iter().find(|c| c.0 == seq && seq != 0).map(|c| c.1)

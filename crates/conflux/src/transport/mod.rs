@@ -143,7 +143,9 @@ pub struct Transport {
     pub(crate) direct_gen: u64,
     /// Collectives run so far; numbers the tags of their messages.
     pub(crate) seq: u64,
-    /// The last operations and their state, dumped when this transport fails.
+    /// The last calls and their state, and the queue of asynchronous ones, dumped when this
+    /// transport fails.
+    pub(crate) calls_log: recorder::CallLog,
     pub(crate) recorder: Arc<recorder::Recorder>,
     /// Asynchronous sends and receives progressing in the background.
     pub(crate) posted: PostedQueue,
@@ -181,6 +183,7 @@ impl Transport {
             broken: None,
             direct_gen: 0,
             seq: 0,
+            calls_log: Default::default(),
             recorder: Arc::new(recorder::Recorder::new(rank, String::new(), "", None)),
             posted: PostedQueue::default(),
             give_way: None,
@@ -224,7 +227,7 @@ impl Transport {
         }
         let e = self.waiter.explain(raw);
         if self.broken.is_none() && e != LinkError::Aborted {
-            self.recorder.dump(&e.to_string(), &self.waiter.peers_calls());
+            self.recorder.dump(&self.calls_log, &e.to_string(), &self.waiter.peers_calls());
         }
         if !timeout {
             self.waiter.report(&e);

@@ -4,8 +4,8 @@
 //!
 //! The engine records asynchronous operations as they are queued; `ops::run` records every
 //! call as it starts and ends; the transport dumps the record the first time it fails, to
-//! stderr and, with `CONFLUX_DUMP_DIR`, to a file per rank and lane. Recording costs a lock and
-//! a few stores per call, no allocation for blocking calls.
+//! stderr and, with `CONFLUX_DUMP_DIR`, to a file per rank and lane. Recording a blocking call
+//! takes no lock and no allocation.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -43,12 +43,48 @@ struct Entry {
     what: What,
     state: State,
     since: Instant,
-    took: Option<f64>,
 }
 
-/// Who is recording, for the dump's heading and file name.
+/// The calls a lane ran, owned by its transport, so recording a call takes no lock: one clock
+/// read and a few stores (a second clock read for the end would cost as much again on an
+/// 8-byte all_reduce; the dump says how long ago each call started instead).
+#[derive(Default)]
+pub(crate) struct CallLog {
+    entries: VecDeque<Entry>,
+    /// Entries ever recorded: the next one's id.
+    next: u64,
+}
+
+/// A started entry, for its end.
+#[derive(Clone, Copy)]
+pub(crate) struct Mark(u64);
+
+impl CallLog {
+    fn push(&mut self, what: What, state: State) -> u64 {
+        if self.entries.len() == KEEP {
+            self.entries.pop_front();
+        }
+        let id = self.next;
+        self.next += 1;
+        self.entries.push_back(Entry { id, what, state, since: Instant::now() });
+        id
+    }
+
+    pub fn started(&mut self, what: What) -> Mark {
+        Mark(self.push(what, State::Started))
+    }
+
+    pub fn ended(&mut self, mark: Mark, ok: bool) {
+        if let Some(e) = self.entries.back_mut().filter(|e| e.id == mark.0) {
+            e.state = if ok { State::Completed } else { State::Failed };
+        }
+    }
+}
+
+/// The lane's queue of asynchronous operations (shared with its engine) and who is recording,
+/// for the dump's heading and file name.
 pub(crate) struct Recorder {
-    log: Mutex<Log>,
+    queued: Mutex<CallLog>,
     rank: usize,
     label: String,
     /// The dump file's name, without the directory.
@@ -56,40 +92,17 @@ pub(crate) struct Recorder {
     dump_dir: Option<PathBuf>,
 }
 
-#[derive(Default)]
-struct Log {
-    entries: VecDeque<Entry>,
-    /// Entries ever recorded: the next one's id.
-    next: u64,
-}
-
-impl Log {
-    fn push(&mut self, what: What, state: State) -> u64 {
-        if self.entries.len() == KEEP {
-            self.entries.pop_front();
-        }
-        let id = self.next;
-        self.next += 1;
-        self.entries.push_back(Entry { id, what, state, since: Instant::now(), took: None });
-        id
-    }
-}
-
-/// A started entry, for its end.
-#[derive(Clone, Copy)]
-pub(crate) struct Mark(u64);
-
 impl Recorder {
     /// `rank` is global; `label` names the communicator and lane, `stem` does so in the dump
     /// file's name.
     pub fn new(rank: usize, label: String, stem: &str, dump_dir: Option<PathBuf>) -> Recorder {
         let stem: String = stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
         let file = format!("conflux-rank{rank}-{stem}.txt");
-        Recorder { log: Mutex::new(Log::default()), rank, label, file, dump_dir }
+        Recorder { queued: Mutex::new(CallLog::default()), rank, label, file, dump_dir }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
-        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, CallLog> {
+        self.queued.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// An asynchronous operation was queued behind `ticket` others.
@@ -102,32 +115,19 @@ impl Recorder {
         self.lock().entries.retain(|e| !matches!(e.what, What::Queued { ticket: t, .. } if t == ticket));
     }
 
-    pub fn started(&self, what: What) -> Mark {
-        Mark(self.lock().push(what, State::Started))
-    }
-
-    pub fn ended(&self, mark: Mark, ok: bool) {
-        let mut log = self.lock();
-        // Usually the last entry; at most a few queued ones were recorded after it.
-        if let Some(e) = log.entries.iter_mut().rev().find(|e| e.id == mark.0) {
-            e.state = if ok { State::Completed } else { State::Failed };
-            e.took = Some(e.since.elapsed().as_secs_f64());
-        }
-    }
-
-    /// The record as text, newest last, for a failure described by `why`; `peers` says where
-    /// the other ranks were, as far as this rank can see.
-    pub fn render(&self, why: &str, peers: &str) -> String {
-        let log = self.lock();
-        let q = &log.entries;
+    /// The record as text — `calls`, then what waits in the queue — for a failure described
+    /// by `why`; `peers` says where the other ranks were, as far as this rank can see.
+    pub fn render(&self, calls: &CallLog, why: &str, peers: &str) -> String {
+        let queued = self.lock();
+        let all: Vec<&Entry> = calls.entries.iter().chain(queued.entries.iter()).collect();
         let now = Instant::now();
         let mut s = format!(
             "conflux flight recorder: rank {}, {}, last {} operations (newest last), at: {why}\n",
             self.rank,
             self.label,
-            q.len()
+            all.len()
         );
-        for e in q.iter() {
+        for e in all {
             let what = match &e.what {
                 What::Coll { seq, call } => format!("#{seq} {call}"),
                 What::P2p { send: true, peer, tag, dtype, count } => {
@@ -139,12 +139,11 @@ impl Recorder {
                 What::Queued { what, .. } => what.clone(),
             };
             let ago = now.duration_since(e.since).as_secs_f64();
-            let state = match (e.state, e.took) {
-                (State::Completed, Some(t)) => format!("completed in {:.3} ms", t * 1e3),
-                (State::Failed, Some(t)) => format!("failed after {t:.3} s"),
-                (State::Started, _) => format!("started {ago:.3} s ago, not finished"),
-                (State::Queued, _) => format!("queued {ago:.3} s ago"),
-                (s, None) => format!("{s:?}"),
+            let state = match e.state {
+                State::Completed => format!("completed (started {ago:.3} s ago)"),
+                State::Failed => format!("failed (started {ago:.3} s ago)"),
+                State::Started => format!("started {ago:.3} s ago, not finished"),
+                State::Queued => format!("queued {ago:.3} s ago"),
             };
             let _ = writeln!(s, "  {what:<60} {state}");
         }
@@ -152,8 +151,8 @@ impl Recorder {
     }
 
     /// Writes the record to stderr and, if a dump directory is set, to a file in it.
-    pub fn dump(&self, why: &str, peers: &str) {
-        let text = self.render(why, peers);
+    pub fn dump(&self, calls: &CallLog, why: &str, peers: &str) {
+        let text = self.render(calls, why, peers);
         eprint!("{text}");
         let Some(dir) = &self.dump_dir else { return };
         let path = dir.join(&self.file);
@@ -170,28 +169,33 @@ mod tests {
     #[test]
     fn keeps_the_last_operations_in_order_with_their_state() {
         let r = Recorder::new(3, "communicator \"x\"".into(), "x/l0", None);
+        let mut log = CallLog::default();
         let call = Fingerprint::NONE;
-        for seq in 1..=KEEP as u64 + 5 {
-            let m = r.started(What::Coll { seq, call });
-            r.ended(m, true);
+        for seq in 1..=KEEP as u64 + 4 {
+            let m = log.started(What::Coll { seq, call });
+            log.ended(m, true);
         }
         r.queued(7, "all_gather(float x 8)".into());
-        let running = r.started(What::Coll { seq: 100, call });
+        let failed = log.started(What::P2p { send: true, peer: 1, tag: 4, dtype: DataType::F32, count: 2 });
+        log.ended(failed, false);
+        let running = log.started(What::Coll { seq: 100, call });
         r.queued(8, "barrier".into());
         r.dequeued(7);
-        let failed = r.started(What::P2p { send: true, peer: 1, tag: 4, dtype: DataType::F32, count: 2 });
-        r.ended(failed, false);
-        let text = r.render("timed out", "  local rank 1 last entered #9\n");
+        let text = r.render(&log, "timed out", "  local rank 1 last entered #9\n");
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("conflux flight recorder: rank 3"), "{text}");
-        assert_eq!(lines.len(), 1 + KEEP + 1, "{text}");
-        assert!(!text.contains("#5 "), "the oldest entries are dropped:\n{text}");
-        assert!(lines[KEEP - 2].contains("#100") && lines[KEEP - 2].contains("not finished"), "{text}");
-        assert!(lines[KEEP - 1].contains("barrier") && lines[KEEP - 1].contains("queued"), "{text}");
-        assert!(lines[KEEP].contains("send(float x 2 to rank 1, tag 4)") && lines[KEEP].contains("failed"), "{text}");
+        // Heading, the last KEEP calls, the queued barrier, the peers' line.
+        assert_eq!(lines.len(), 1 + KEEP + 1 + 1, "{text}");
+        assert!(!text.contains("#6 ") && text.contains("#7 "), "the oldest calls are dropped:\n{text}");
+        assert!(
+            lines[KEEP - 1].contains("send(float x 2 to rank 1, tag 4)") && lines[KEEP - 1].contains("failed"),
+            "{text}"
+        );
+        assert!(lines[KEEP].contains("#100") && lines[KEEP].contains("not finished"), "{text}");
+        assert!(lines[KEEP + 1].contains("barrier") && lines[KEEP + 1].contains("queued"), "{text}");
         assert!(!text.contains("all_gather"), "a dequeued operation is gone:\n{text}");
-        r.ended(running, true);
-        assert!(r.render("", "").contains("completed"));
+        log.ended(running, true);
+        assert!(r.render(&log, "", "").lines().nth(KEEP).unwrap().contains("completed"));
         assert_eq!(r.file, "conflux-rank3-x_l0.txt");
     }
 }
