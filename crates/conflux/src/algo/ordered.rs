@@ -5,19 +5,22 @@
 //! (HCCL_DETERMINISTIC's promise; NCCL makes none). f16/bf16 accumulate in f32 across all
 //! ranks and round once, as the direct algorithm does, which reduces in the same order.
 //!
-//! The price is data movement: a rank gathers every contribution it reduces before reducing
-//! (all_reduce: an all-gather of the whole buffer, N times the ring's receive volume; reduce:
-//! the root receives N-1 buffers; reduce_scatter: an all-to-all of the blocks, as much as the
-//! ring). `conflux bench` with and without the variable measures it.
+//! A rank gathers every contribution it reduces before reducing: reduce_scatter is an
+//! all-to-all of the blocks (the ring's volume, in one step), all_reduce that plus the ring's
+//! all-gather, reduce a gather at the root (N-1 buffers into one rank). The price is the
+//! staging memory (N blocks) and a non-pipelined exchange; `conflux bench` with and without
+//! the variable measures it.
 
 use std::ops::Range;
 
-use super::{pairwise, ring, Circle, Step};
+use super::{even_blocks, pairwise, ring, Circle, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
-/// `out` (consecutive pieces of one buffer) becomes the ordered reduction over all ranks.
+/// `out` (consecutive pieces of one buffer) becomes the ordered reduction over all ranks:
+/// block k of the buffer is reduced in rank order by rank k (`reduce_scatter`), then the
+/// blocks go round the ring, so the data moved is the ring's.
 pub(crate) fn all_reduce(
     t: &mut Transport,
     s: &Step,
@@ -25,21 +28,18 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    let len: usize = out.iter().map(|p| p.len()).sum();
-    let blocks: Vec<Range<usize>> = (0..s.size).map(|k| k * len..(k + 1) * len).collect();
-    let mut all = vec![0u8; s.size * len];
-    let mut at = blocks[s.rank].start;
-    for p in out.iter() {
-        all[at..at + p.len()].copy_from_slice(p);
-        at += p.len();
+    let esize = dtype.size();
+    if let [whole] = out {
+        let blocks = even_blocks(whole.len() / esize, s.size, esize);
+        reduce_scatter(t, s, whole, &blocks, dtype, op)?;
+        return ring::all_gather(t, s, &Circle::whole(s), whole, &blocks, 0);
     }
-    ring::all_gather(t, s, &Circle::whole(s), &mut all, &blocks, 0)?;
-    let parts: Vec<&[u8]> = blocks.iter().map(|b| &all[b.clone()]).collect();
+    let mut flat: Vec<u8> = out.iter().flat_map(|p| p.iter().copied()).collect();
+    all_reduce(t, s, &mut [&mut flat], dtype, op)?;
     let mut at = 0;
     for p in out.iter_mut() {
         let n = p.len();
-        let slices: Vec<&[u8]> = parts.iter().map(|whole| &whole[at..at + n]).collect();
-        reduce::reduce_many(dtype, op, p, &slices);
+        p.copy_from_slice(&flat[at..at + n]);
         at += n;
     }
     Ok(())
