@@ -11,7 +11,6 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use super::fingerprint::Fingerprint;
 use crate::dtype::DataType;
@@ -42,12 +41,20 @@ struct Entry {
     id: u64,
     what: What,
     state: State,
-    since: Instant,
+    /// When it was recorded, in ns of the coarse monotonic clock (see `coarse_now`).
+    since: u64,
 }
 
-/// The calls a lane ran, owned by its transport, so recording a call takes no lock: one clock
-/// read and a few stores (a second clock read for the end would cost as much again on an
-/// 8-byte all_reduce; the dump says how long ago each call started instead).
+/// The monotonic clock at its tick resolution (a few ms), which the vDSO reads in a few ns:
+/// four times cheaper than `Instant::now`, and fine for saying how long ago a call started.
+fn coarse_now() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// The calls a lane ran, owned by its transport, so recording a call takes no lock: one
+/// coarse clock read and a few stores (no clock read at the end: the dump says how long ago
+/// each call started instead).
 #[derive(Default)]
 pub(crate) struct CallLog {
     entries: VecDeque<Entry>,
@@ -66,7 +73,7 @@ impl CallLog {
         }
         let id = self.next;
         self.next += 1;
-        self.entries.push_back(Entry { id, what, state, since: Instant::now() });
+        self.entries.push_back(Entry { id, what, state, since: coarse_now() });
         id
     }
 
@@ -120,7 +127,7 @@ impl Recorder {
     pub fn render(&self, calls: &CallLog, why: &str, peers: &str) -> String {
         let queued = self.lock();
         let all: Vec<&Entry> = calls.entries.iter().chain(queued.entries.iter()).collect();
-        let now = Instant::now();
+        let now = coarse_now();
         let mut s = format!(
             "conflux flight recorder: rank {}, {}, last {} operations (newest last), at: {why}\n",
             self.rank,
@@ -138,7 +145,7 @@ impl Recorder {
                 }
                 What::Queued { what, .. } => what.clone(),
             };
-            let ago = now.duration_since(e.since).as_secs_f64();
+            let ago = now.saturating_sub(e.since) as f64 * 1e-9;
             let state = match e.state {
                 State::Completed => format!("completed (started {ago:.3} s ago)"),
                 State::Failed => format!("failed (started {ago:.3} s ago)"),
