@@ -105,7 +105,12 @@ pub(crate) fn all_reduce(
             let word = |w: usize| seg.u64_at(l.desc(k, p) + 8 * w).load(Ordering::Relaxed);
             let (seq, theirs) = (word(0), Fingerprint { word: word(1), count: word(2) });
             if theirs != desc || seq != t.seq || word(3) != before {
-                let detail = if seq != t.seq {
+                // A rank ahead by a call whose part it could finish alone (a broadcast root)
+                // still shows what it called at this rank's number on its call board.
+                let at_mine = (seq != t.seq).then(|| t.waiter.peer_call(k, t.seq)).flatten();
+                let detail = if let Some(other) = at_mine {
+                    format!("in collective call #{} it called {other}, this rank called {desc}", t.seq)
+                } else if seq != t.seq {
                     format!("it is in collective call #{seq}, {theirs}, while this rank is in #{}, {desc}", t.seq)
                 } else if theirs != desc {
                     format!("in collective call #{seq} it called {theirs}, this rank called {desc}")
