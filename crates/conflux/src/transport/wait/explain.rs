@@ -14,6 +14,10 @@ use crate::transport::LinkError;
 const EXPLAIN_WAIT: Duration = Duration::from_millis(300);
 /// Once the store has spoken of a failure, how long `explain` listens for the rest of it.
 const STORE_GRACE: Duration = Duration::from_millis(100);
+/// How long a rank that timed out listens for the ranks it waited for to report their own
+/// timeouts: their deadlines fall later by however much later they entered the call, which
+/// on a loaded host can be several hundred ms.
+const CHASE_WAIT: Duration = Duration::from_secs(1);
 
 impl Waiter {
     /// Traces a lost peer to the failure behind it. When rank A dies, its neighbour B fails,
@@ -81,7 +85,7 @@ impl Waiter {
     /// follow the reports from the awaited ranks to the rank nobody heard from.
     fn chase_timeout(&mut self, peers: Vec<usize>) -> Option<LinkError> {
         let m = self.monitor.as_mut()?;
-        let end = Instant::now() + EXPLAIN_WAIT;
+        let end = Instant::now() + CHASE_WAIT;
         let mut waited_on = peers;
         let mut found = None;
         loop {
