@@ -63,6 +63,8 @@ pub(crate) struct Waiter {
     left: Vec<(usize, bool)>,
     /// What the store said about this communicator's ranks so far, for `explain`.
     clues: Vec<Clue>,
+    /// This rank's global rank.
+    pub(crate) me: usize,
     /// Global ranks whose failures are not this communicator's: the ones a shrink left out,
     /// which the store's history still reports.
     pub(crate) ignored: Vec<usize>,
@@ -108,6 +110,7 @@ impl Waiter {
             clues: Vec::new(),
             seg_ranks: Vec::new(),
             ignored: Vec::new(),
+            me: usize::MAX,
             calls: Calls::default(),
             from_store: false,
         }
@@ -317,7 +320,10 @@ impl Waiter {
                 },
                 Event::Failure { culprit, reporter, reason } => {
                     let outside = member(culprit).is_none() && member(reporter).is_none();
-                    if outside || self.ignored.contains(&culprit) {
+                    // A rank that timed out waiting for this one blames it; but this rank is
+                    // waiting too, and its own timeout, soon, will say for whom.
+                    let waited_for = culprit == self.me && reason.starts_with("timed out");
+                    if outside || waited_for || self.ignored.contains(&culprit) {
                         continue;
                     }
                     LinkError::Remote { culprit, reporter, reason }
