@@ -196,7 +196,8 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         // send, recv and barrier have one schedule each; dispatch does not look at this.
         None => Algo::Pairwise,
     };
-    let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: Instant::now() + plan.timeout };
+    let started = Instant::now();
+    let step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: started + plan.timeout };
     let is_p2p = matches!(coll, Coll::Send { .. } | Coll::Recv { .. });
     let step = if is_p2p {
         step
@@ -206,7 +207,7 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     };
     let mut coll = coll;
     let call = coll.fingerprint(dtype, coll.call().filter(|_| !ordered).map(|_| algo), ordered);
-    let mark = t.calls_log.started(coll.recorded(t.seq, call, dtype));
+    let mark = t.calls_log.started(coll.recorded(t.seq, call, dtype), started);
     let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call, algo != Algo::Direct) };
     let r = match entered {
         Ok(()) if ordered => dispatch_ordered(t, &step, &mut coll, dtype),

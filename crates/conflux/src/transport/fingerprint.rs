@@ -55,10 +55,6 @@ const ELEMS: u64 = (1 << 48) - 1;
 /// The count of an all_to_all_v, which differs by rank; its lengths are checked per message.
 const UNEVEN: u64 = ELEMS;
 
-fn index<T: PartialEq>(all: &[T], x: &T) -> u64 {
-    all.iter().position(|a| a == x).unwrap_or(0) as u64
-}
-
 /// What `Fingerprint::new` is told about a call.
 pub struct CallShape {
     pub op: Option<OpKind>,
@@ -79,10 +75,11 @@ impl Fingerprint {
 
     /// The fingerprint of a collective; `op: None` is a barrier.
     pub fn new(c: &CallShape) -> Fingerprint {
-        let op = c.op.map_or(BARRIER, |o| index(&OpKind::ALL, &o) + 1);
-        let dtype = index(&DataType::ALL, &c.dtype);
-        let reduce = c.reduce.map_or(0, |r| index(&ReduceOp::ALL, &r) + 1);
-        let algo = if c.ordered { ORDERED } else { c.algo.map_or(0, |a| index(&Algo::ALL, &a) + 1) };
+        // Each field is the enum's index in its `ALL` (its discriminant: see the test below).
+        let op = c.op.map_or(BARRIER, |o| o as u64 + 1);
+        let dtype = c.dtype as u64;
+        let reduce = c.reduce.map_or(0, |r| r as u64 + 1);
+        let algo = if c.ordered { ORDERED } else { c.algo.map_or(0, |a| a as u64 + 1) };
         let root = c.root.map_or(0, |r| (r as u64 + 1).min(u32::MAX as u64));
         let elems = if c.uneven { UNEVEN } else { (c.elems as u64).min(ELEMS - 1) };
         Fingerprint {
@@ -187,5 +184,15 @@ mod tests {
             assert_ne!(Fingerprint::new(v), fp, "{} and {fp} look alike", Fingerprint::new(v));
         }
         assert_ne!(fp, Fingerprint::NONE);
+    }
+
+    /// `Fingerprint::new` encodes each enum by its discriminant and `Display` decodes it by its
+    /// index in `ALL`: the two must be the same numbering.
+    #[test]
+    fn every_enum_is_numbered_as_its_all_list() {
+        assert!(OpKind::ALL.iter().enumerate().all(|(i, &o)| o as usize == i));
+        assert!(DataType::ALL.iter().enumerate().all(|(i, &d)| d as usize == i));
+        assert!(ReduceOp::ALL.iter().enumerate().all(|(i, &r)| r as usize == i));
+        assert!(Algo::ALL.iter().enumerate().all(|(i, &a)| a as usize == i));
     }
 }

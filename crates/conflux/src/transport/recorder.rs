@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use super::fingerprint::Fingerprint;
 use crate::dtype::DataType;
@@ -41,20 +42,13 @@ struct Entry {
     id: u64,
     what: What,
     state: State,
-    /// When it was recorded, in ns of the coarse monotonic clock (see `coarse_now`).
-    since: u64,
+    /// When it was recorded.
+    since: Instant,
 }
 
-/// The monotonic clock at its tick resolution (a few ms), which the vDSO reads in a few ns:
-/// four times cheaper than `Instant::now`, and fine for saying how long ago a call started.
-fn coarse_now() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-/// The calls a lane ran, owned by its transport, so recording a call takes no lock: one
-/// coarse clock read and a few stores (no clock read at the end: the dump says how long ago
-/// each call started instead).
+/// The calls a lane ran, owned by its transport, so recording a call takes no lock and no
+/// clock read of its own: a call is stamped with the instant its deadline was computed from
+/// (and not at its end: the dump says how long ago each call started instead).
 #[derive(Default)]
 pub(crate) struct CallLog {
     entries: VecDeque<Entry>,
@@ -67,18 +61,19 @@ pub(crate) struct CallLog {
 pub(crate) struct Mark(u64);
 
 impl CallLog {
-    fn push(&mut self, what: What, state: State) -> u64 {
+    fn push(&mut self, what: What, state: State, since: Instant) -> u64 {
         if self.entries.len() == KEEP {
             self.entries.pop_front();
         }
         let id = self.next;
         self.next += 1;
-        self.entries.push_back(Entry { id, what, state, since: coarse_now() });
+        self.entries.push_back(Entry { id, what, state, since });
         id
     }
 
-    pub fn started(&mut self, what: What) -> Mark {
-        Mark(self.push(what, State::Started))
+    /// Call `what` started at `since`.
+    pub fn started(&mut self, what: What, since: Instant) -> Mark {
+        Mark(self.push(what, State::Started, since))
     }
 
     pub fn ended(&mut self, mark: Mark, ok: bool) {
@@ -114,7 +109,7 @@ impl Recorder {
 
     /// An asynchronous operation was queued behind `ticket` others.
     pub fn queued(&self, ticket: u64, what: String) {
-        self.lock().push(What::Queued { ticket, what }, State::Queued);
+        self.lock().push(What::Queued { ticket, what }, State::Queued, Instant::now());
     }
 
     /// The queued operation `ticket` leaves the queue to run (its call records itself).
@@ -127,7 +122,7 @@ impl Recorder {
     pub fn render(&self, calls: &CallLog, why: &str, peers: &str) -> String {
         let queued = self.lock();
         let all: Vec<&Entry> = calls.entries.iter().chain(queued.entries.iter()).collect();
-        let now = coarse_now();
+        let now = Instant::now();
         let mut s = format!(
             "conflux flight recorder: rank {}, {}, last {} operations (newest last), at: {why}\n",
             self.rank,
@@ -145,7 +140,7 @@ impl Recorder {
                 }
                 What::Queued { what, .. } => what.clone(),
             };
-            let ago = now.saturating_sub(e.since) as f64 * 1e-9;
+            let ago = now.saturating_duration_since(e.since).as_secs_f64();
             let state = match e.state {
                 State::Completed => format!("completed (started {ago:.3} s ago)"),
                 State::Failed => format!("failed (started {ago:.3} s ago)"),
@@ -179,13 +174,14 @@ mod tests {
         let mut log = CallLog::default();
         let call = Fingerprint::NONE;
         for seq in 1..=KEEP as u64 + 4 {
-            let m = log.started(What::Coll { seq, call });
+            let m = log.started(What::Coll { seq, call }, Instant::now());
             log.ended(m, true);
         }
         r.queued(7, "all_gather(float x 8)".into());
-        let failed = log.started(What::P2p { send: true, peer: 1, tag: 4, dtype: DataType::F32, count: 2 });
+        let failed =
+            log.started(What::P2p { send: true, peer: 1, tag: 4, dtype: DataType::F32, count: 2 }, Instant::now());
         log.ended(failed, false);
-        let running = log.started(What::Coll { seq: 100, call });
+        let running = log.started(What::Coll { seq: 100, call }, Instant::now());
         r.queued(8, "barrier".into());
         r.dequeued(7);
         let text = r.render(&log, "timed out", "  local rank 1 last entered #9\n");
