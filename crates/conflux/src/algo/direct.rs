@@ -7,11 +7,12 @@
 //!
 //! Protocol. A per-communicator counter `gen` numbers chunks, the same on every rank; chunk
 //! `gen` uses the slots and result of parity `gen % 2`.
-//!  1. Write slot(me, p); store `desc[me][p]` (the call's number and fingerprint, and a digest
-//!     of the call before, which `transport/board.rs` would otherwise have to check) and
-//!     `posted[me] = gen` (Release);
+//!  1. Write slot(me, p); store `desc[me][p]` (a digest of the call's and the previous call's
+//!     numbers and fingerprints, `Calls::digest`: one word, read in the line this rank reads
+//!     anyway; four words cost 8% of an 8-byte all_reduce) and `posted[me] = gen` (Release);
 //!     ring every doorbell.
-//!  2. Wait until `posted[k] >= gen` for all k (Acquire); check every rank's `desc`.
+//!  2. Wait until `posted[k] >= gen` for all k (Acquire); check every rank's `desc`. A rank
+//!     whose digest differs is described from its call board (`transport/board.rs`).
 //!     Small: reduce all slots into the output; done.
 //!     Large: reduce slice `me` of all slots into result(p); `reduced[me] = gen`; ring doorbells.
 //!  3. Large: wait until `reduced[k] >= gen` for all k; copy result(p) out.
@@ -31,7 +32,7 @@ use super::Step;
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::wait::ring_doorbell;
-use crate::transport::{Fingerprint, LinkError, Segment, Transport};
+use crate::transport::{LinkError, Segment, Transport};
 
 /// Up to this many bytes per rank, every rank reduces the whole message itself.
 const SMALL: usize = 16 << 10;
@@ -60,6 +61,30 @@ fn each_span(parts: &mut [&mut [u8]], range: std::ops::Range<usize>, mut f: impl
     }
 }
 
+/// What local rank `k`, whose descriptor differs from this rank's, called, from its call
+/// board. It stays in that call: it waits for this rank's next post, or fails on the same
+/// comparison.
+#[cold]
+fn mismatch(t: &Transport, k: usize) -> LinkError {
+    let w = &t.waiter;
+    let ((seq, mine), (prev, mine_before)) = (w.calls.now, w.calls.before);
+    let detail = match (w.peer_call(k, seq), w.peer_call(k, prev)) {
+        (Some(theirs), _) if theirs != mine => {
+            format!("in collective call #{seq} it called {theirs}, this rank called {mine}")
+        }
+        (Some(_), Some(theirs)) if theirs != mine_before => {
+            format!("in collective call #{prev} it called {theirs}, this rank called {mine_before}")
+        }
+        _ => match w.peer_latest(k) {
+            Some((at, theirs)) => {
+                format!("it is in collective call #{at}, {theirs}, while this rank is in #{seq}, {mine}")
+            }
+            None => format!("it is in another call than this rank's #{seq}, {mine}"),
+        },
+    };
+    LinkError::Mismatch { peer: k, detail }
+}
+
 /// all_reduce of `input` (or `out` itself, in place) into `out`: consecutive pieces that
 /// form one buffer, so that many tensors reduce as one message with no staging copy. `input`
 /// is given only with a single piece. Avg is left as a sum.
@@ -78,8 +103,8 @@ pub(crate) fn all_reduce(
     let esize = dtype.size();
     let chunk = l.chunk / (esize * n) * (esize * n);
     let total: usize = out.iter().map(|p| p.len()).sum();
-    // Every rank's call must be this one in full (see transport/fingerprint.rs).
-    let desc = t.waiter.calls.now.1;
+    // Every rank's call, and the one before, must be this rank's (see transport/fingerprint.rs).
+    let digest = t.waiter.calls.digest();
     let mut at = 0;
     loop {
         let len = (total - at).min(chunk);
@@ -92,36 +117,15 @@ pub(crate) fn all_reduce(
             Some(i) => slot.copy_from_slice(&i[at..at + len]),
             None => each_span(out, at..at + len, |span, off| slot[off..off + span.len()].copy_from_slice(span)),
         }
-        let before = t.waiter.calls.before_digest();
-        for (w, v) in [t.seq, desc.word, desc.count, before].into_iter().enumerate() {
-            seg.u64_at(l.desc(me, p) + 8 * w).store(v, Ordering::Relaxed);
-        }
+        seg.u64_at(l.desc(me, p)).store(digest, Ordering::Relaxed);
         seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
         ring_all(&seg, me);
         let all_posted = || (0..n).all(|k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen);
         let not_posted = || (0..n).filter(|&k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) < gen).collect();
         t.wait_until(s.deadline, all_posted, not_posted)?;
-        for k in 0..n {
-            let word = |w: usize| seg.u64_at(l.desc(k, p) + 8 * w).load(Ordering::Relaxed);
-            let (seq, theirs) = (word(0), Fingerprint { word: word(1), count: word(2) });
-            if theirs != desc || seq != t.seq || word(3) != before {
-                // A rank ahead by a call whose part it could finish alone (a broadcast root)
-                // still shows what it called at this rank's number on its call board.
-                let at_mine = (seq != t.seq).then(|| t.waiter.peer_call(k, t.seq)).flatten();
-                let detail = if let Some(other) = at_mine {
-                    format!("in collective call #{} it called {other}, this rank called {desc}", t.seq)
-                } else if seq != t.seq {
-                    format!("it is in collective call #{seq}, {theirs}, while this rank is in #{}, {desc}", t.seq)
-                } else if theirs != desc {
-                    format!("in collective call #{seq} it called {theirs}, this rank called {desc}")
-                } else {
-                    let (prev, mine) = t.waiter.calls.before;
-                    let theirs = t.waiter.peer_call(k, prev).map_or("another call".into(), |f| f.to_string());
-                    format!("in collective call #{prev} it called {theirs}, this rank called {mine}")
-                };
-                let e = LinkError::Mismatch { peer: k, detail };
-                return Err(t.fail(e));
-            }
+        if let Some(k) = (0..n).find(|&k| seg.u64_at(l.desc(k, p)).load(Ordering::Relaxed) != digest) {
+            let e = mismatch(t, k);
+            return Err(t.fail(e));
         }
         // SAFETY: every rank posted gen, so every slot of parity p holds this chunk and none is
         // written again before this rank posts gen + 1 (Reuse above).

@@ -10,7 +10,7 @@
 //! makes two writers share one)
 //! ```text
 //! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64
-//! rank_ctl(i)       per local rank, 5 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [[u64; 4]; 2] board [[u64; 3]; 2]
+//! rank_ctl(i)       per local rank, 5 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2]
 //! ring_ctl(i,j)     per ordered pair i->j, 2 lines: tail u64 (written by i) | head u64 (written by j)
 //! ring_data(i,j)    ring_cap bytes per ordered pair (the diagonal is never touched, so never paid for)
 //! slot(i,p)         direct algorithm: chunk bytes per rank and parity p in {0,1}
@@ -70,13 +70,16 @@ impl Layout {
     pub fn reduced(&self, i: usize) -> usize {
         self.doorbell(i) + 3 * LINE
     }
-    /// What rank i's current direct call is, three words per parity (see algo/direct.rs).
+    /// What rank i's current direct call is, one word per parity (see algo/direct.rs).
     pub fn desc(&self, i: usize, parity: usize) -> usize {
-        self.doorbell(i) + 4 * LINE + 32 * parity
+        self.doorbell(i) + 4 * LINE + 8 * parity
     }
     /// Rank i's call board, two entries of three words after the descriptors (see board.rs).
+    /// In their cache line on purpose: a direct all_reduce writes both, and the peers read
+    /// the descriptors, so the line moves once per call; a line of its own, prefetched along
+    /// with the descriptors' into the peers' caches, would move too (8% of an 8-byte call).
     pub fn board(&self, i: usize, parity: usize) -> usize {
-        self.doorbell(i) + 4 * LINE + 64 + 24 * parity
+        self.doorbell(i) + 4 * LINE + 16 + 24 * parity
     }
     pub fn tail(&self, from: usize, to: usize) -> usize {
         self.ring_ctl + (from * self.ranks + to) * 2 * LINE

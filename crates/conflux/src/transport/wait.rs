@@ -136,13 +136,20 @@ impl Waiter {
         board::read(self.seg.as_ref()?, i, seq)
     }
 
+    /// The newest call local rank `i` has published, with its number.
+    pub fn peer_latest(&self, i: usize) -> Option<(u64, Fingerprint)> {
+        board::latest(self.seg.as_ref()?, i)
+    }
+
     /// Where each local peer is, as its call board says, for the flight recorder's dump.
     pub fn peers_calls(&self) -> String {
-        let Some(seg) = &self.seg else { return String::new() };
+        if self.seg.is_none() {
+            return String::new();
+        }
         let mut s = String::new();
         for (i, &peer) in self.seg_ranks.iter().enumerate().filter(|&(i, _)| i != self.me_local) {
             let rank = self.world.get(peer).copied().unwrap_or(peer);
-            let at = board::latest(seg, i).map_or("no collective yet".into(), |(n, fp)| format!("#{n} {fp}"));
+            let at = self.peer_latest(i).map_or("no collective yet".into(), |(n, fp)| format!("#{n} {fp}"));
             s += &format!("  local rank {rank} last entered {at}\n");
         }
         s
