@@ -313,7 +313,7 @@ impl Communicator {
     /// Reduces everyone's `buf` into the root's `buf`; other ranks' buffers stay unchanged.
     pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
         self.check_root(root, "root")?;
-        self.blocking(Coll::Reduce { buf: bytes_mut(buf), op, root }, T::DTYPE)
+        self.blocking(Coll::Reduce { input: None, buf: bytes_mut(buf), op, root }, T::DTYPE)
     }
 
     /// Out of place: the root's `recv` gets the reduction of every rank's `send`; `recv` is
@@ -323,13 +323,7 @@ impl Communicator {
         if send.len() != recv.len() {
             return Err(invalid(format!("reduce: send has {} elements, recv {}", send.len(), recv.len())));
         }
-        if self.rank() == root {
-            recv.copy_from_slice(send);
-            self.reduce(recv, op, root)
-        } else {
-            let mut scratch = send.to_vec();
-            self.reduce(&mut scratch, op, root)
-        }
+        self.blocking(Coll::Reduce { input: Some(bytes(send)), buf: bytes_mut(recv), op, root }, T::DTYPE)
     }
 
     pub fn reduce_async<B: Buffer>(&self, mut buf: B, op: ReduceOp, root: usize) -> Work<B> {
@@ -337,7 +331,8 @@ impl Communicator {
         let dtype = <B::Elem as Element>::DTYPE;
         self.spawn(format!("reduce({dtype} x {})", buf.as_slice().len()), move |t, plan| {
             check?;
-            ops::run(t, plan, Coll::Reduce { buf: bytes_mut(buf.as_mut_slice()), op, root }, dtype).map(|_| buf)
+            ops::run(t, plan, Coll::Reduce { input: None, buf: bytes_mut(buf.as_mut_slice()), op, root }, dtype)
+                .map(|_| buf)
         })
     }
 
@@ -372,17 +367,14 @@ impl Communicator {
     pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
         let n = recv.len();
         self.check_ranks_times("reduce_scatter: send", send.len(), n)?;
-        let mut work = send.to_vec();
-        self.reduce_scatter_in_place(&mut work, op)?;
-        recv.copy_from_slice(&work[self.rank() * n..(self.rank() + 1) * n]);
-        Ok(())
+        self.blocking(Coll::ReduceScatter { input: Some(bytes(send)), buf: bytes_mut(recv), op }, T::DTYPE)
     }
 
     /// In place: afterwards `buf[rank*n..(rank+1)*n]` holds this rank's reduced block; the other
     /// blocks hold partial results.
     pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         self.check_divisible("reduce_scatter", buf.len())?;
-        self.blocking(Coll::ReduceScatter { buf: bytes_mut(buf), op }, T::DTYPE)
+        self.blocking(Coll::ReduceScatter { input: None, buf: bytes_mut(buf), op }, T::DTYPE)
     }
 
     /// Non-blocking in-place reduce_scatter (see `reduce_scatter_in_place`).
@@ -392,7 +384,8 @@ impl Communicator {
         let dtype = <B::Elem as Element>::DTYPE;
         self.spawn(format!("reduce_scatter({dtype} x {len})"), move |t, plan| {
             check?;
-            ops::run(t, plan, Coll::ReduceScatter { buf: bytes_mut(buf.as_mut_slice()), op }, dtype).map(|_| buf)
+            ops::run(t, plan, Coll::ReduceScatter { input: None, buf: bytes_mut(buf.as_mut_slice()), op }, dtype)
+                .map(|_| buf)
         })
     }
 

@@ -28,8 +28,10 @@ pub(crate) enum Coll<'a> {
         buf: &'a mut [u8],
         root: usize,
     },
-    /// Result in `buf` at the root; other ranks' buffers are left unchanged.
+    /// Result in `buf` at the root; other ranks' buffers are left unchanged. `input`, if
+    /// given, is the data to reduce (of `buf`'s length) and `buf` only receives the result.
     Reduce {
+        input: Option<&'a [u8]>,
         buf: &'a mut [u8],
         op: ReduceOp,
         root: usize,
@@ -38,8 +40,10 @@ pub(crate) enum Coll<'a> {
     AllGather {
         buf: &'a mut [u8],
     },
-    /// `buf` holds size blocks; afterwards this rank's own block holds its reduced share.
+    /// `buf` holds size blocks; afterwards this rank's own block holds its reduced share. With
+    /// `input` (the size blocks, left unchanged), `buf` is one block and receives that share.
     ReduceScatter {
+        input: Option<&'a [u8]>,
         buf: &'a mut [u8],
         op: ReduceOp,
     },
@@ -97,12 +101,12 @@ impl fmt::Display for Describe<'_, '_> {
                 Ok(())
             }
             Coll::Broadcast { buf, root } => write!(f, "broadcast({d} x {}, root={root})", n(buf)),
-            Coll::Reduce { buf, op, root } => {
+            Coll::Reduce { buf, op, root, .. } => {
                 write!(f, "reduce({d} x {}, {op}, root={root})", n(buf))
             }
             Coll::AllGather { buf } => write!(f, "all_gather({d} x {} in all)", n(buf)),
-            Coll::ReduceScatter { buf, op } => {
-                write!(f, "reduce_scatter({d} x {} in all, {op})", n(buf))
+            Coll::ReduceScatter { input, buf, op } => {
+                write!(f, "reduce_scatter({d} x {} in all, {op})", n(input.unwrap_or(buf)))
             }
             Coll::AllToAll { send, .. } => write!(f, "all_to_all({d} x {} sent)", n(send)),
             Coll::Send { data, peer, tag } => {
@@ -130,7 +134,7 @@ impl Coll<'_> {
             Coll::Broadcast { buf, .. } => c(OpKind::Broadcast, buf.len()),
             Coll::Reduce { buf, .. } => c(OpKind::Reduce, buf.len()),
             Coll::AllGather { buf } => c(OpKind::AllGather, buf.len()),
-            Coll::ReduceScatter { buf, .. } => c(OpKind::ReduceScatter, buf.len()),
+            Coll::ReduceScatter { input, buf, .. } => c(OpKind::ReduceScatter, input.unwrap_or(buf).len()),
             Coll::AllToAll { send, even, .. } => {
                 Some(Call { op: OpKind::AllToAll, bytes: send.len(), even: *even, pieces: false })
             }
@@ -148,7 +152,9 @@ impl Coll<'_> {
             Coll::Broadcast { buf, root } => (Some(OpKind::Broadcast), elems(buf), 1, Some(*root)),
             Coll::Reduce { buf, root, .. } => (Some(OpKind::Reduce), elems(buf), 1, Some(*root)),
             Coll::AllGather { buf } => (Some(OpKind::AllGather), elems(buf), 1, None),
-            Coll::ReduceScatter { buf, .. } => (Some(OpKind::ReduceScatter), elems(buf), 1, None),
+            Coll::ReduceScatter { input, buf, .. } => {
+                (Some(OpKind::ReduceScatter), elems(input.unwrap_or(buf)), 1, None)
+            }
             Coll::AllToAll { send, .. } => (Some(OpKind::AllToAll), elems(send), 1, None),
             Coll::Barrier => (None, 0, 1, None),
             Coll::Send { .. } | Coll::Recv { .. } => return Fingerprint::NONE,
@@ -291,25 +297,14 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
                 }
             }
         }
-        Coll::Reduce { buf, op, root } => {
-            if n > 1 {
-                // Non-root buffers stay as they were: the algorithms work on a copy there.
-                let mut copy;
-                let work: &mut [u8] = if s.rank == *root {
-                    buf
-                } else {
-                    copy = buf.to_vec();
-                    &mut copy
-                };
-                match algo {
-                    Algo::Tree => tree::reduce(t, s, work, *root, dtype, *op)?,
-                    Algo::Chain => chain::reduce(t, s, work, *root, dtype, *op)?,
-                    _ => {
-                        let blocks = even_blocks(work.len() / esize, n, esize);
-                        ring::reduce(t, s, work, &blocks, *root, dtype, *op)?
-                    }
-                }
-            }
+        Coll::Reduce { input, buf, op, root } => {
+            let reduce = |t: &mut Transport, work: &mut [u8]| match algo {
+                _ if n == 1 => Ok(()),
+                Algo::Tree => tree::reduce(t, s, work, *root, dtype, *op),
+                Algo::Chain => chain::reduce(t, s, work, *root, dtype, *op),
+                _ => ring::reduce(t, s, work, &even_blocks(work.len() / esize, n, esize), *root, dtype, *op),
+            };
+            on_reduce_buffer(t, s.rank == *root, *input, buf, reduce)?;
             if s.rank == *root {
                 finish_avg(*op, dtype, buf, n);
             }
@@ -324,15 +319,15 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
                 }
             }
         }
-        Coll::ReduceScatter { buf, op } => {
-            let blocks = even_blocks(buf.len() / esize, n, esize);
-            if n > 1 {
-                match algo {
-                    Algo::Rd => rd::reduce_scatter(t, s, buf, &blocks, dtype, *op)?,
-                    _ => ring::reduce_scatter(t, s, &whole, buf, &blocks, -1, dtype, *op)?,
-                }
-            }
-            finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
+        Coll::ReduceScatter { input, buf, op } => {
+            let blocks = even_blocks(input.unwrap_or(buf).len() / esize, n, esize);
+            let reduce = |t: &mut Transport, work: &mut [u8]| match algo {
+                _ if n == 1 => Ok(()),
+                Algo::Rd => rd::reduce_scatter(t, s, work, &blocks, dtype, *op),
+                _ => ring::reduce_scatter(t, s, &whole, work, &blocks, -1, dtype, *op),
+            };
+            let mine = on_scatter_buffer(t, s.rank, &blocks, *input, buf, reduce)?;
+            finish_avg(*op, dtype, mine, n);
         }
         Coll::AllToAll { send, send_blocks, recv, recv_blocks, .. } => {
             if n > 1 && algo == Algo::Bruck {
@@ -373,22 +368,85 @@ fn dispatch_ordered(t: &mut Transport, s: &Step, coll: &mut Coll<'_>, dtype: Dat
                 finish_avg(*op, dtype, p, n);
             }
         }
-        Coll::Reduce { buf, op, root } => {
+        Coll::Reduce { input, buf, op, root } => {
+            let reduce = |t: &mut Transport, work: &mut [u8]| ordered::reduce(t, s, work, *root, dtype, *op);
+            on_reduce_buffer(t, s.rank == *root, *input, buf, reduce)?;
             if s.rank == *root {
-                ordered::reduce(t, s, buf, *root, dtype, *op)?;
                 finish_avg(*op, dtype, buf, n);
-            } else {
-                ordered::reduce(t, s, &mut buf.to_vec(), *root, dtype, *op)?;
             }
         }
-        Coll::ReduceScatter { buf, op } => {
-            let blocks = even_blocks(buf.len() / dtype.size(), n, dtype.size());
-            ordered::reduce_scatter(t, s, buf, &blocks, dtype, *op)?;
-            finish_avg(*op, dtype, &mut buf[blocks[s.rank].clone()], n);
+        Coll::ReduceScatter { input, buf, op } => {
+            let blocks = even_blocks(input.unwrap_or(buf).len() / dtype.size(), n, dtype.size());
+            let reduce = |t: &mut Transport, work: &mut [u8]| ordered::reduce_scatter(t, s, work, &blocks, dtype, *op);
+            let mine = on_scatter_buffer(t, s.rank, &blocks, *input, buf, reduce)?;
+            finish_avg(*op, dtype, mine, n);
         }
         _ => unreachable!("only reductions are ordered"),
     }
     Ok(())
+}
+
+/// Runs `f` on `src` copied into the transport's staging buffer, whose pages stay faulted in
+/// from call to call (a fresh copy of a large message faults in every page: 12x the time of a
+/// 512 KiB reduce at 2 ranks).
+fn in_staging<R>(t: &mut Transport, src: &[u8], f: impl FnOnce(&mut Transport, &mut [u8]) -> R) -> R {
+    let mut work = std::mem::take(&mut t.staging);
+    work.clear();
+    work.extend_from_slice(src);
+    let r = f(t, &mut work);
+    t.staging = work;
+    r
+}
+
+/// A reduce's working buffer: the root reduces in `buf` (filled from `input` first), the other
+/// ranks in a staged copy, leaving their buffers as they were.
+fn on_reduce_buffer(
+    t: &mut Transport,
+    is_root: bool,
+    input: Option<&[u8]>,
+    buf: &mut [u8],
+    f: impl FnOnce(&mut Transport, &mut [u8]) -> Result<(), LinkError>,
+) -> Result<(), LinkError> {
+    match input {
+        _ if is_root => {
+            if let Some(i) = input {
+                buf.copy_from_slice(i);
+            }
+            f(t, buf)
+        }
+        Some(i) => in_staging(t, i, f),
+        None => {
+            let src: &[u8] = buf;
+            in_staging(t, src, f)
+        }
+    }
+}
+
+/// A reduce_scatter's working buffer: `buf` itself in place, or a staged copy of `input`
+/// whose block `rank` lands in `buf`. Returns this rank's reduced block.
+fn on_scatter_buffer<'b>(
+    t: &mut Transport,
+    rank: usize,
+    blocks: &[Range<usize>],
+    input: Option<&[u8]>,
+    buf: &'b mut [u8],
+    f: impl FnOnce(&mut Transport, &mut [u8]) -> Result<(), LinkError>,
+) -> Result<&'b mut [u8], LinkError> {
+    let mine = blocks[rank].clone();
+    match input {
+        None => {
+            f(t, buf)?;
+            Ok(&mut buf[mine])
+        }
+        Some(i) => {
+            in_staging(t, i, |t, work| {
+                f(t, work)?;
+                buf.copy_from_slice(&work[mine]);
+                Ok(())
+            })?;
+            Ok(buf)
+        }
+    }
 }
 
 /// Pieces at least this large are reduced where they are; runs of smaller ones are staged
