@@ -72,8 +72,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub report_auto: bool,
     /// Measure each size this many times, the algorithms taking turns, and keep each one's
-    /// best: drift and noise (4+ ranks on 2 cores) then favour no algorithm. Default 1, or 3
-    /// with --report-auto.
+    /// median: drift and noise (4+ ranks on 2 cores) then favour no algorithm. (The best of
+    /// several noisy runs would favour the forced algorithms: the best of three is likelier
+    /// to be an outlier than auto's one.) Default 1, or 7 with --report-auto.
     #[arg(long)]
     pub rounds: Option<usize>,
     /// Also write every row to this CSV file.
@@ -211,10 +212,10 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
                 "(B)", "(elements)", "", "", "", "", "(GB/s)", "(GB/s)", ""
             );
         }
-        let rounds = args.rounds.unwrap_or(if args.report_auto { 3 } else { 1 }).max(1);
+        let rounds = args.rounds.unwrap_or(if args.report_auto { 7 } else { 1 }).max(1);
         let mut bytes = min.max(dtype.size());
         while bytes <= max {
-            let mut best: Vec<Option<Row>> = Vec::new();
+            let mut runs: Vec<Vec<Row>> = Vec::new();
             for _ in 0..rounds {
                 let mut k = 0;
                 while k < list.len() {
@@ -223,10 +224,8 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
                     match with_dtype!(dtype, T => measure::<T>(&comm, &h, op, bytes, redop, args)) {
                         Ok(row) => {
                             all_right &= row.wrong == 0;
-                            best.resize_with(list.len(), || None);
-                            if best[k].as_ref().is_none_or(|b| row.us < b.us) {
-                                best[k] = Some(row);
-                            }
+                            runs.resize_with(list.len(), Vec::new);
+                            runs[k].push(row);
                             k += 1;
                         }
                         // A forced algorithm that cannot serve this job (every rank refuses alike).
@@ -235,15 +234,15 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
                                 println!("# skipped: {why}");
                             }
                             list.remove(k);
-                            if k < best.len() {
-                                best.remove(k);
+                            if k < runs.len() {
+                                runs.remove(k);
                             }
                         }
                         Err(e) => return Err(e.to_string()),
                     }
                 }
             }
-            for row in best.into_iter().flatten() {
+            for row in runs.into_iter().filter_map(median) {
                 if lead {
                     print_row(&row, args, comparing);
                 }
@@ -315,6 +314,15 @@ fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
         conflux::reduce::kernel_name()
     );
     println!("# reference: single-core memcpy of 64 MiB on this machine: {:.2} GB/s", memcpy_gbps());
+}
+
+/// The run of median time (the faster of the middle two for an even count), with the wrong
+/// results of all runs.
+fn median(mut runs: Vec<Row>) -> Option<Row> {
+    runs.sort_by(|a, b| a.us.total_cmp(&b.us));
+    let wrong = runs.iter().map(|r| r.wrong).sum();
+    let mid = runs.len().saturating_sub(1) / 2;
+    (!runs.is_empty()).then(|| Row { wrong, ..runs.swap_remove(mid) })
 }
 
 fn print_row(r: &Row, args: &BenchArgs, comparing: bool) {
