@@ -12,7 +12,7 @@
 //!   outgoing edge) they share the node's link, so β is multiplied by the ranks per node.
 //! - A host with more ranks than cores multiplies every α and sync by `oversub`: a step then
 //!   waits for a peer to be scheduled, not just for its data.
-//! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 16 MiB) move
+//! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 4 MiB) move
 //!   2.5× faster than `shm.gbps`, the streaming rate.
 //! - Log-step schedules across nodes pay shared memory for the steps inside a node; hier's
 //!   two levels overlap (its segments pipeline), so it pays the longer one and a share of the other.
@@ -198,8 +198,10 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let flat = if across || topo.local_tcp { m.tcp } else { m.shm };
     let a = flat.alpha_us * ovs;
     // Shared-memory messages whose whole working set stays in cache move faster than the
-    // streaming rate `shm.gbps` describes (measured: 2.5x at 2 ranks, 2 MiB all_reduce).
-    let cached = !(across || topo.local_tcp) && call.bytes.saturating_mul(topo.size) <= 16 << 20;
+    // streaming rate `shm.gbps` describes (measured: 2.5x at 2 ranks, 512 KiB all_reduce).
+    // The bound is one core's L2 here (4 MiB): above it, a 2-rank ring at 8 MiB was chosen
+    // over direct at 0.84 of its busbw (bench --algo all --report-auto).
+    let cached = !(across || topo.local_tcp) && call.bytes.saturating_mul(topo.size) <= 4 << 20;
     let beta = 1.0 / flat.gbps / if cached { 2.5 } else { 1.0 };
     // Algorithms other than the ring have all ranks of a node crossing nodes at once.
     let shared = if across { topo.per_node() as f64 } else { 1.0 };
