@@ -11,7 +11,10 @@
 //!   node talk across nodes at once (every algorithm but the ring, whose nodes each have one
 //!   outgoing edge) they share the node's link, so β is multiplied by the ranks per node.
 //! - A host with more ranks than cores multiplies every α and sync by `oversub`: a step then
-//!   waits for a peer to be scheduled, not just for its data.
+//!   waits for a peer to be scheduled, not just for its data. Rooted operations (broadcast,
+//!   reduce) are the exception: no rank waits for the ones after it, so back-to-back calls
+//!   pipeline and a call costs its busiest rank's waits at `oversub`, while the other steps of
+//!   its path cost plain α (`rooted`).
 //! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 4 MiB) move
 //!   2.5× faster than `shm.gbps`, the streaming rate.
 //! - Log-step schedules across nodes pay shared memory for the steps inside a node; hier's
@@ -218,6 +221,17 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let intra = if split { (topo.per_node() as f64).log2() } else { 0.0 };
     let (sa, sb) = (m.shm.alpha_us * ovs, 1.0 / m.shm.gbps);
     let nodes = topo.nodes.len() as f64;
+    // A rooted operation's α: `waits` steps that its busiest rank blocks on, of `steps` on
+    // its path. Oversubscribed, the rest overlap with the next call's, at plain α (measured,
+    // 8 ranks on 2 cores, 8 B reduce: chain 4-11 us, binomial tree 13-15 us, where paying
+    // `oversub` on every step predicted chain 28 and tree 12; broadcast's tree stays ahead).
+    let rooted = |waits: f64, steps: f64| {
+        if topo.oversubscribed {
+            waits * a + (steps - waits).max(0.0) * flat.alpha_us
+        } else {
+            steps * a
+        }
+    };
     // Steps and bytes (as multiples of b) of a log-step schedule, inside nodes and across.
     let logstep = |steps_in: f64, bytes_in: f64, steps_out: f64, bytes_out: f64| {
         steps_in * sa + bytes_in * b * sb + steps_out * a + bytes_out * b * beta * shared
@@ -267,18 +281,26 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             let segments = (call.bytes / (4 << 20)).clamp(1, 16) as f64;
             intra.max(inter) + intra.min(inter) / segments
         }
-        (Broadcast, Tree) => logn * (a + b * beta * shared),
+        // Each rank waits once, for its parent; the root's sends go out one after another.
+        (Broadcast, Tree) => rooted(1.0, logn) + logn * b * beta * shared,
         (Broadcast, Chain) => {
             let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
             let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
-            (chunks + n - 2.0).max(1.0) * (a + chunk * beta)
+            let steps = (chunks + n - 2.0).max(1.0);
+            rooted(chunks, steps) + steps * chunk * beta
         }
         (Broadcast, ScatterAllGather) => (2.0 * n - 1.0) * a + sag_bw * 2.0 * (n - 1.0) / n * b * beta * shared,
-        (Reduce, Tree) => logn * a + b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp,
+        // The root waits for each of its log2(N) children in turn.
+        (Reduce, Tree) => rooted(logn, logn) + b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp,
         (Reduce, Chain) => {
             let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
             let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
-            (chunks + n - 2.0).max(1.0) * (a + chunk * (beta + g)) + b * cp
+            let steps = (chunks + n - 2.0).max(1.0);
+            // Oversubscribed, the fill's reductions also overlap with the next call's, on the
+            // other cores (measured, 8 ranks: chain 7-116 us against tree 14-148 us from 2 to
+            // 128 KiB, where counting the fill's bytes predicted the tree).
+            let filled = if topo.oversubscribed { chunks } else { steps };
+            rooted(chunks, steps) + filled * chunk * (beta + g) + b * cp
         }
         (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp,
         (AllGather, Ring) => ring(n - 1.0, (n - 1.0) / n, 0.0),

@@ -91,3 +91,18 @@ fn tuning_files_round_trip_and_reject_nonsense() {
     assert!(Model::from_text("speed = 3").is_err());
     assert!(Model::from_text("sync_us 3").is_err());
 }
+
+/// Oversubscribed, back-to-back rooted calls pipeline: a reduce costs its busiest rank's waits
+/// (the tree's root waits log2 N times, a chain's ranks once), a broadcast's ranks each wait
+/// once in either, and the tree's shorter path keeps it ahead. With a core per rank every
+/// step waits, and the tree's log2 N steps beat the chain's N - 1.
+#[test]
+fn oversubscribed_rooted_operations_count_the_busiest_ranks_waits() {
+    let m = Model::default();
+    let over = Topo { oversubscribed: true, ..Topo::single(8, true) };
+    assert_eq!(choose(&m, &call(OpKind::Reduce, 8), &over, None), Ok(Algo::Chain));
+    assert_eq!(choose(&m, &call(OpKind::Broadcast, 8), &over, None), Ok(Algo::Tree));
+    let roomy = Topo::single(8, true);
+    assert_eq!(choose(&m, &call(OpKind::Reduce, 8), &roomy, None), Ok(Algo::Tree));
+    assert_eq!(choose(&m, &call(OpKind::Broadcast, 8), &roomy, None), Ok(Algo::Tree));
+}
