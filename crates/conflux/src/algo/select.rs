@@ -242,9 +242,11 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // more pass, and the trees' rooted operations overlap their levels.
     let sag_bw = 1.5;
     let ring_reduce_bw = 1.0;
-    // From 1 MiB, recursive doubling's and halving's half-message steps no longer beat the
-    // ring's pipelined blocks (all_gather and reduce_scatter, 4 and 8 ranks).
-    let rd_big = if call.bytes >= 1 << 20 { 1.1 } else { 1.0 };
+    // From 32 KiB per rank, recursive doubling's and halving's half-message steps no longer
+    // beat the ring's pipelined blocks: all_gather and reduce_scatter took 1.1-1.3x the ring's
+    // time at 128 KiB-2 MiB on 4 ranks and 512 KiB-8 MiB on 8 (bench --algo ring,rd
+    // --rounds 9), and netns TCP at 2x2 turns to the ring at the same block size.
+    let rd_big = if call.bytes / topo.size.max(1) >= 32 << 10 { 1.5 } else { 1.0 };
     use Algo::*;
     use OpKind::*;
     let t = match (call.op, algo) {
