@@ -208,6 +208,20 @@ fn doctor_flags_exactly_the_throttled_nodes_pairs() {
     }
 }
 
+/// A rank that sends its last message and leaves at once, over a 2 Mbit/s link: its goodbye
+/// (through the store) overtakes the message's last second of bytes, and the receiver must
+/// take the goodbye as a clue only, receiving every byte before the stream's end.
+#[test]
+fn a_last_message_outlives_its_senders_goodbye() {
+    if !netns_available(&["ip", "tc"]) {
+        return;
+    }
+    let out = cluster(2, 1, &["--rate", "2mbit"], &["conflux-check", "send-and-leave", "262144"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("[node 1]") && l.contains("LAST-BYTES-OK")), "{t}");
+}
+
 /// A host whose link goes down mid-collective (3 nodes x 1 rank, node 1 cut): the ranks on
 /// the other hosts fail naming rank 1 within the keep-alive window (about 5 s), not at their
 /// 60 s deadline.

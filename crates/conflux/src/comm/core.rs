@@ -203,7 +203,9 @@ impl Core {
                     let _ = th.join();
                 }
             }
-            if let Some(m) = &mut lane.engine.transport().waiter.monitor {
+            let mut t = lane.engine.transport();
+            t.finish_sockets();
+            if let Some(m) = &mut t.waiter.monitor {
                 m.goodbye();
             }
             all_drained &= drained;

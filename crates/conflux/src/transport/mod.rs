@@ -195,6 +195,16 @@ impl Transport {
         }
     }
 
+    /// Ends every TCP link's outgoing stream, before this rank says goodbye: a peer still
+    /// waiting for it learns so from the stream itself, after everything this rank sent.
+    pub(crate) fn finish_sockets(&mut self) {
+        for link in self.links.iter().flatten() {
+            if let Wire::Tcp(tcp) = &link.wire {
+                tcp.finish();
+            }
+        }
+    }
+
     /// Between two chunks of work: if a higher-priority lane has an operation running, let its
     /// thread have the core first. Priority is a preference, never a wait, so a low-priority
     /// operation can not deadlock on a high-priority one whose peers have not arrived yet.

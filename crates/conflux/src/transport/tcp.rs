@@ -69,6 +69,12 @@ impl TcpLink {
         self.stream.as_fd()
     }
 
+    /// Ends this side's stream: the peer reads every byte sent so far, then the end.
+    pub fn finish(&self) {
+        // An error means the connection is gone already, which the peer sees as well.
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+
     fn io_err(&self, e: std::io::Error) -> LinkError {
         match e.kind() {
             ErrorKind::BrokenPipe

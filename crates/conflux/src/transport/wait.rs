@@ -61,6 +61,10 @@ pub(crate) struct Waiter {
     /// Peers (this communicator's ranks) whose process said goodbye, and whether one was
     /// already seen awaited once: like an exit, it counts at the second look.
     left: Vec<(usize, bool)>,
+    /// Peers reached over TCP. Their goodbye is only a clue: it travels through the store, so
+    /// it can overtake their last bytes (retransmitted on a lossy link); the end of their
+    /// stream, which a leaving rank sends before its goodbye, decides.
+    pub(crate) socket_peers: Vec<usize>,
     /// What the store said about this communicator's ranks so far, for `explain`.
     clues: Vec<Clue>,
     /// This rank's global rank.
@@ -107,6 +111,7 @@ impl Waiter {
             last_check: Instant::now(),
             exited_seen: Vec::new(),
             left: Vec::new(),
+            socket_peers: Vec::new(),
             clues: Vec::new(),
             seg_ranks: Vec::new(),
             ignored: Vec::new(),
@@ -286,7 +291,8 @@ impl Waiter {
                 }
             }
         }
-        for (peer, seen) in self.left.iter_mut().filter(|(p, _)| awaited.contains(p)) {
+        let by_goodbye = |p: &usize| awaited.contains(p) && !self.socket_peers.contains(p);
+        for (peer, seen) in self.left.iter_mut().filter(|(p, _)| by_goodbye(p)) {
             if *seen {
                 let detail = LEFT.into();
                 // The store said so: the root cause, nothing for `explain` to look for (others

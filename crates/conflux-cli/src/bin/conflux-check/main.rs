@@ -496,6 +496,44 @@ fn scenario_leave(comm: Communicator, victim: usize) -> ExitCode {
     }
 }
 
+/// Rank 0 sends `bytes` to rank 1 and shuts down at once. Over a slow link its goodbye, which
+/// goes through the store, reaches rank 1 long before the message's last bytes do; rank 1 must
+/// still receive all of them, exactly, and only then see rank 0 gone.
+fn scenario_send_and_leave(comm: Communicator, bytes: usize) -> ExitCode {
+    let r = comm.rank();
+    let pattern = |i: usize| (i as i32).wrapping_mul(-1_640_531_535).rotate_left(7);
+    let n = bytes / 4;
+    let result = match r {
+        0 => {
+            let msg: Vec<i32> = (0..n).map(pattern).collect();
+            comm.send(&msg, 1, 7).and_then(|()| comm.shutdown()).map(|()| "sent and left".to_string())
+        }
+        1 => {
+            let mut got = vec![0i32; n];
+            let t = Instant::now();
+            comm.recv(&mut got, 0, 7).map(|()| {
+                let wrong = (0..n).filter(|&i| got[i] != pattern(i)).count();
+                format!(
+                    "received {bytes} B in {:.2}s, {wrong} wrong{}",
+                    t.elapsed().as_secs_f64(),
+                    ["", " LAST-BYTES-OK"][(wrong == 0) as usize]
+                )
+            })
+        }
+        _ => Ok("idle".to_string()),
+    };
+    match result {
+        Ok(what) => {
+            println!("rank {r}: {what}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("rank {r}: failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// Rank 1 calls all_reduce with one element more than the others: nobody may hang or
 /// compute a wrong answer; every rank gets an error within the timeout.
 fn scenario_mismatch(comm: Communicator) -> ExitCode {
@@ -563,6 +601,10 @@ fn main() -> ExitCode {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
             return scenario_leave(comm, victim);
         }
+        "send-and-leave" => {
+            let bytes = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(256 << 10);
+            return scenario_send_and_leave(comm, bytes);
+        }
         "groups" => groups::scenario_groups(comm),
         "ordered" => ordered::scenario_ordered(comm),
         "algos" | "algos-quick" => {
@@ -585,7 +627,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], send-and-leave [BYTES], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);
