@@ -196,7 +196,6 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
     let mut waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
     waiter.seg_ranks = local_ranks.clone();
-    waiter.socket_peers = (0..size).filter(|&p| p != rank && !shm_peer(p)).collect();
     waiter.me = at.world[rank];
 
     store.set(&format!("{prefix}/ready/{rank}"), b"1")?;

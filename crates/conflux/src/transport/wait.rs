@@ -61,10 +61,6 @@ pub(crate) struct Waiter {
     /// Peers (this communicator's ranks) whose process said goodbye, and whether one was
     /// already seen awaited once: like an exit, it counts at the second look.
     left: Vec<(usize, bool)>,
-    /// Peers reached over TCP. Their goodbye is only a clue: it travels through the store, so
-    /// it can overtake their last bytes (retransmitted on a lossy link); the end of their
-    /// stream, which a leaving rank sends before its goodbye, decides.
-    pub(crate) socket_peers: Vec<usize>,
     /// What the store said about this communicator's ranks so far, for `explain`.
     clues: Vec<Clue>,
     /// This rank's global rank.
@@ -111,7 +107,6 @@ impl Waiter {
             last_check: Instant::now(),
             exited_seen: Vec::new(),
             left: Vec::new(),
-            socket_peers: Vec::new(),
             clues: Vec::new(),
             seg_ranks: Vec::new(),
             ignored: Vec::new(),
@@ -291,7 +286,11 @@ impl Waiter {
                 }
             }
         }
-        let by_goodbye = |p: &usize| awaited.contains(p) && !self.socket_peers.contains(p);
+        // A peer outside the segment is reached over TCP: its goodbye travels through the
+        // store and can overtake its last bytes (retransmitted on a lossy link), so only the
+        // end of its stream, which a leaving rank sends before its goodbye, fails a wait.
+        let on_segment = |p: &usize| self.seg.is_some() && self.seg_ranks.contains(p);
+        let by_goodbye = |p: &usize| awaited.contains(p) && on_segment(p);
         for (peer, seen) in self.left.iter_mut().filter(|(p, _)| by_goodbye(p)) {
             if *seen {
                 let detail = LEFT.into();

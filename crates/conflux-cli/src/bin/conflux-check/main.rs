@@ -513,11 +513,8 @@ fn scenario_send_and_leave(comm: Communicator, bytes: usize) -> ExitCode {
             let t = Instant::now();
             comm.recv(&mut got, 0, 7).map(|()| {
                 let wrong = (0..n).filter(|&i| got[i] != pattern(i)).count();
-                format!(
-                    "received {bytes} B in {:.2}s, {wrong} wrong{}",
-                    t.elapsed().as_secs_f64(),
-                    ["", " LAST-BYTES-OK"][(wrong == 0) as usize]
-                )
+                let ok = if wrong == 0 { " LAST-BYTES-OK" } else { "" };
+                format!("received {bytes} B in {:.2}s, {wrong} wrong{ok}", t.elapsed().as_secs_f64())
             })
         }
         _ => Ok("idle".to_string()),
