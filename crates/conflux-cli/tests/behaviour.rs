@@ -58,9 +58,9 @@ fn killed_rank(transport: &str, mode: &str) {
 /// A rank that shuts down cleanly and returns while the others wait for it in a collective:
 /// they fail within 5 s naming it (its goodbye reaches them through the store), including
 /// when it is rank 0, which serves the store and waits for everyone's goodbye.
-fn left_rank(transport: &str, victim: usize) {
+fn left_rank(transport: &str, victim: usize, elems: usize, how: &str) {
     let n = 3;
-    let children = spawn_ranks(n, &["leave", &victim.to_string()], |_| {
+    let children = spawn_ranks(n, &["leave", &victim.to_string(), &elems.to_string(), how], |_| {
         vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "60".into())]
     });
     for (r, child) in children.into_iter().enumerate() {
@@ -76,9 +76,19 @@ fn left_rank(transport: &str, victim: usize) {
 #[test]
 fn a_rank_that_leaves_early_is_named_not_waited_for() {
     for transport in ["shm", "tcp"] {
-        left_rank(transport, 1);
-        left_rank(transport, 0);
+        left_rank(transport, 1, 1000, "all_reduce");
+        left_rank(transport, 0, 1000, "all_reduce");
     }
+}
+
+/// The others are stuck sending the leaver 16 MiB, more than its socket buffers hold, while
+/// its process lingers (rank 0 waits for the others' goodbyes) and they receive nothing from
+/// it: the end of its TCP stream, not the timeout, must tell them.
+#[test]
+fn a_rank_that_leaves_while_others_send_it_megabytes_is_named() {
+    left_rank("tcp", 0, 4 << 20, "send");
+    left_rank("tcp", 1, 4 << 20, "send");
+    left_rank("tcp", 0, 4 << 20, "all_reduce");
 }
 
 #[test]

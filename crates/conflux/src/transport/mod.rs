@@ -401,7 +401,7 @@ fn interests<'a>(
     for (peer, send, awaited) in open {
         match &links[peer].as_ref().expect("checked before waiting").wire {
             Wire::Shm { .. } => shm_pending = true,
-            Wire::Tcp(t) => sockets.push(SocketInterest { fd: t.fd(), read: !send, write: send }),
+            Wire::Tcp(t) => sockets.push(SocketInterest { fd: t.fd(), read: !send, write: send, peer }),
         }
         if awaited && !peers.contains(&peer) {
             peers.push(peer);

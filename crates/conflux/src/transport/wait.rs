@@ -81,6 +81,8 @@ pub(crate) struct SocketInterest<'a> {
     pub fd: BorrowedFd<'a>,
     pub read: bool,
     pub write: bool,
+    /// The peer at the other end, named when a send to it can never finish.
+    pub peer: usize,
 }
 
 impl Waiter {
@@ -217,7 +219,9 @@ impl Waiter {
                         f |= PollFlags::IN;
                     }
                     if s.write {
-                        f |= PollFlags::OUT;
+                        // A rank ends its streams only as it leaves, and reads nothing after: a
+                        // send still blocked when the end arrives can never finish.
+                        f |= PollFlags::OUT | PollFlags::RDHUP;
                     }
                     PollFd::from_borrowed_fd(s.fd, f)
                 })
@@ -227,6 +231,12 @@ impl Waiter {
             }
             let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
             let _ = poll(&mut fds, Some(&ts));
+            let ended = sockets.iter().zip(&fds).find(|(s, f)| s.write && f.revents().contains(PollFlags::RDHUP));
+            if let Some((s, _)) = ended {
+                let detail = if self.left.iter().any(|(p, _)| *p == s.peer) { LEFT } else { ENDED };
+                self.disarm();
+                return Err(LinkError::PeerGone { peer: s.peer, detail: detail.into() });
+            }
         } else if let Some(seg) = &self.seg {
             let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
             let bell_word = seg.u32_at(seg.layout.doorbell(self.me_local));
@@ -379,6 +389,8 @@ impl Waiter {
 
 /// Why a peer that said goodbye fails a wait for it.
 const LEFT: &str = "its process shut down (left the job) while this rank still waited for it";
+/// Why a send fails to a TCP peer that ended its stream before its goodbye came.
+const ENDED: &str = "it ended its TCP stream (it is leaving the job) while this rank still had data for it";
 
 /// A waiting loop's state between fruitless passes: spinning since when, armed to sleep or not.
 #[derive(Default)]

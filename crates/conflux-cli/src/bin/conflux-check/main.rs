@@ -469,10 +469,11 @@ pub(crate) fn warm_up(comm: &Communicator, len: usize, rounds: usize) -> Result<
 }
 
 /// Rank `victim` runs a few collectives, then shuts its communicator down and returns while
-/// the others enter one more: they must fail naming it within seconds, not at the timeout.
-fn scenario_leave(comm: Communicator, victim: usize) -> ExitCode {
+/// the others enter one more all_reduce, or (`send`) send it `elems` floats, more than its
+/// socket buffers hold: they must fail naming it within seconds, not at the timeout.
+fn scenario_leave(comm: Communicator, victim: usize, elems: usize, send: bool) -> ExitCode {
     let r = comm.rank();
-    let mut buf = match warm_up(&comm, 1000, 5) {
+    let mut buf = match warm_up(&comm, if send { 1000 } else { elems }, 5) {
         Ok(b) => b,
         Err(code) => return code,
     };
@@ -487,9 +488,15 @@ fn scenario_leave(comm: Communicator, victim: usize) -> ExitCode {
         };
     }
     let t = Instant::now();
-    match comm.all_reduce(&mut buf, ReduceOp::Sum) {
+    let result = if send {
+        buf.resize(elems, 1.0);
+        comm.send(&buf, victim, 1)
+    } else {
+        comm.all_reduce(&mut buf, ReduceOp::Sum)
+    };
+    match result {
         Ok(()) => {
-            println!("rank {r}: an all_reduce without rank {victim} succeeded");
+            println!("rank {r}: an operation without rank {victim} succeeded");
             ExitCode::from(1)
         }
         Err(e) => judge_failure(r, victim, t, e),
@@ -596,7 +603,8 @@ fn main() -> ExitCode {
         "calls" => return calls::scenario_calls(comm, args.get(1).map_or("op", String::as_str)),
         "leave" => {
             let victim = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(size - 1);
-            return scenario_leave(comm, victim);
+            let elems = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(1000);
+            return scenario_leave(comm, victim, elems, args.get(3).is_some_and(|m| m == "send"));
         }
         "send-and-leave" => {
             let bytes = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(256 << 10);
@@ -624,7 +632,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK], send-and-leave [BYTES], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK [ELEMS [send]]], send-and-leave [BYTES], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
                  groups, group-mismatch, fusion, priority [ELEMS])"
             );
             return ExitCode::from(2);
