@@ -389,8 +389,8 @@ impl Waiter {
 
 /// Why a peer that said goodbye fails a wait for it.
 const LEFT: &str = "its process shut down (left the job) while this rank still waited for it";
-/// Why a send fails to a TCP peer that ended its stream before its goodbye came.
-const ENDED: &str = "it ended its TCP stream (it is leaving the job) while this rank still had data for it";
+/// Why a send fails to a TCP peer whose stream ended before its goodbye came (leaving or dead).
+const ENDED: &str = "it ended its TCP stream (it left the job or died) while this rank still had data for it";
 
 /// A waiting loop's state between fruitless passes: spinning since when, armed to sleep or not.
 #[derive(Default)]
