@@ -9,7 +9,7 @@ use conflux::algo::select;
 use conflux::{Algo, OpKind};
 
 use super::plot::{self, Panel, Point, Series};
-use super::Row;
+use super::{timing, Row};
 
 /// `--algo`: a comma list of algorithm names and `auto`, or `all` (every algorithm that
 /// implements the operation, and auto). None in the list stands for auto. Without `--algo`,
@@ -37,10 +37,12 @@ pub fn for_op(list: &[Option<Algo>], op: &str) -> Vec<Option<Algo>> {
     list.iter().copied().filter(|a| a.is_none_or(|a| kind.is_some_and(|k| select::implements(a, k)))).collect()
 }
 
-/// Auto's busbw against the best forced algorithm's at each size of each operation, with the
-/// algorithm auto chose. Two ratios: `run`, auto's own rows against the best; and `choice`,
-/// the best measurement of the algorithm auto chose (its forced rows and auto's, the same
-/// code) against the best, which separates a wrong choice from noise between two runs of
+/// Auto's busbw against the best forced algorithm's (the one of lowest median time) at each
+/// size of each operation, with the algorithm auto chose. Two ratios, each the median over
+/// rounds of the per-round time ratio (the algorithms take turns within a round, so a ratio of
+/// neighbouring batches cancels the drift that moves both): `run`, auto's own batches against
+/// the best's; and `choice`, the better of that and the forced batches of the algorithm auto
+/// chose against the best's, which separates a wrong choice from noise between two runs of
 /// one algorithm.
 pub fn report_auto(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -58,12 +60,12 @@ pub fn report_auto(rows: &[Row]) -> String {
     let (mut below, mut wrong_choice, mut worst_choice) = (0, 0, f64::INFINITY);
     for ((op, bytes), group) in &by {
         let auto = group.iter().find(|r| r.forced.is_none());
-        let best = group.iter().filter(|r| r.forced.is_some()).max_by(|a, b| a.busbw.total_cmp(&b.busbw));
+        let best = group.iter().filter(|r| r.forced.is_some()).min_by(|a, b| a.us.total_cmp(&b.us));
         let (Some(auto), Some(best)) = (auto, best) else { continue };
         // Time ratios, equal to busbw ratios at one size, and defined at 0 bytes too.
-        let ratio = best.us / auto.us;
-        let same = group.iter().filter(|r| r.chosen == auto.chosen).map(|r| r.us).fold(auto.us, f64::min);
-        let choice = best.us / same;
+        let ratio = paired(best, auto);
+        let same = group.iter().find(|r| r.forced.is_some() && r.forced == auto.chosen);
+        let choice = same.map_or(ratio, |s| paired(best, s).max(ratio));
         worst = worst.min(ratio);
         worst_choice = worst_choice.min(choice);
         below += (ratio < 0.9) as usize;
@@ -88,12 +90,24 @@ pub fn report_auto(rows: &[Row]) -> String {
     out
 }
 
+/// The median over rounds of `a`'s time over `b`'s in the same round: how fast `b` runs
+/// against `a`.
+fn paired(a: &Row, b: &Row) -> f64 {
+    let ratios: Vec<f64> = a.samples.iter().zip(&b.samples).map(|(x, y)| x / y).collect();
+    if ratios.is_empty() {
+        return a.us / b.us;
+    }
+    timing::median(&ratios)
+}
+
+/// One line per row; `round_us` lists the microseconds per call of each round, space-separated.
 pub fn csv(rows: &[Row]) -> String {
-    let mut out = String::from("op,algo,chosen,bytes,count,type,redop,root,time_us,algbw_gbps,busbw_gbps,wrong\n");
+    let mut out =
+        String::from("op,algo,chosen,bytes,count,type,redop,root,time_us,algbw_gbps,busbw_gbps,wrong,round_us\n");
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{:.3},{:.4},{:.4},{}",
+            "{},{},{},{},{},{},{},{},{:.3},{:.4},{:.4},{},{}",
             r.op,
             r.forced.map_or("auto", |a| a.name()),
             r.chosen.map_or("", |a| a.name()),
@@ -105,7 +119,8 @@ pub fn csv(rows: &[Row]) -> String {
             r.us,
             r.algbw,
             r.busbw,
-            r.wrong
+            r.wrong,
+            r.samples.iter().map(|us| format!("{us:.2}")).collect::<Vec<_>>().join(" ")
         );
     }
     out

@@ -10,15 +10,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use conflux::config::parse_size;
-use conflux::{Algo, Communicator, Config, DataType, OpKind, ReduceOp, TransportKind};
+use conflux::{Algo, Communicator, Config, DataType, ReduceOp, TransportKind};
 
 mod compare;
 mod models;
 pub mod plot;
 mod step;
+mod timing;
 
 use crate::launch::{launch, self_job};
-use crate::verify::{self, Num};
 use conflux::with_dtype;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -47,14 +47,15 @@ pub struct BenchArgs {
     pub redop: String,
     #[arg(short = 'r', long, default_value_t = 0)]
     pub root: usize,
-    /// Timed iterations per size (fewer are run for sizes over 1 MiB, at least 5).
+    /// Timed iterations per size and algorithm, in all rounds (a quarter for sizes over
+    /// 1 MiB, at least 5).
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
-    /// Run more iterations than --iters where needed for a measurement to last this long
-    /// (milliseconds; 0 = exactly --iters), so that small sizes are not timed over a few
-    /// microseconds. Default 0, or 5 with --report-auto.
+    /// Run more iterations than --iters where needed for an algorithm's timed calls at one
+    /// size to last this long in all (milliseconds; 0 = exactly --iters), so that small sizes
+    /// are not timed over a few microseconds. Default 0, or 30 with --report-auto.
     #[arg(long)]
     pub min_ms: Option<f64>,
     /// Validate every result against an independently computed expectation.
@@ -71,10 +72,9 @@ pub struct BenchArgs {
     /// (with --algo; auto is added to the list).
     #[arg(long)]
     pub report_auto: bool,
-    /// Measure each size this many times, the algorithms taking turns, and keep each one's
-    /// median: drift and noise (4+ ranks on 2 cores) then favour no algorithm. (The best of
-    /// several noisy runs would favour the forced algorithms: the best of three is likelier
-    /// to be an outlier than auto's one.) Default 1, or 7 with --report-auto.
+    /// Split each algorithm's timed calls into this many batches, the algorithms taking
+    /// turns batch by batch, and keep each one's median batch: drift and noise (4+ ranks on
+    /// 2 cores) then reach every algorithm alike. Default 1, or 15 with --report-auto.
     #[arg(long)]
     pub rounds: Option<usize>,
     /// Also write every row to this CSV file.
@@ -134,6 +134,8 @@ pub(crate) struct Row {
     algbw: f64,
     busbw: f64,
     wrong: u64,
+    /// Microseconds per call in each round, in round order (`us` is their median).
+    samples: Vec<f64>,
 }
 
 impl Row {
@@ -212,37 +214,17 @@ fn run_ranks(args: &BenchArgs) -> Result<bool, String> {
                 "(B)", "(elements)", "", "", "", "", "(GB/s)", "(GB/s)", ""
             );
         }
-        let rounds = args.rounds.unwrap_or(if args.report_auto { 7 } else { 1 }).max(1);
         let mut bytes = min.max(dtype.size());
         while bytes <= max {
-            let mut runs: Vec<Vec<Row>> = Vec::new();
-            for _ in 0..rounds {
-                let mut k = 0;
-                while k < list.len() {
-                    let forced = list[k];
-                    let h = comm.with_algo(forced);
-                    match with_dtype!(dtype, T => measure::<T>(&comm, &h, op, bytes, redop, args)) {
-                        Ok(row) => {
-                            all_right &= row.wrong == 0;
-                            runs.resize_with(list.len(), Vec::new);
-                            runs[k].push(row);
-                            k += 1;
-                        }
-                        // A forced algorithm that cannot serve this job (every rank refuses alike).
-                        Err(conflux::Error::InvalidArgument(why)) if forced.is_some() => {
-                            if lead && !args.json {
-                                println!("# skipped: {why}");
-                            }
-                            list.remove(k);
-                            if k < runs.len() {
-                                runs.remove(k);
-                            }
-                        }
-                        Err(e) => return Err(e.to_string()),
-                    }
+            let skipped = |why: &str| {
+                if lead && !args.json {
+                    println!("# skipped: {why}");
                 }
-            }
-            for row in runs.into_iter().filter_map(median) {
+            };
+            let measured =
+                with_dtype!(dtype, T => timing::measure::<T>(&comm, &mut list, op, bytes, redop, args, skipped));
+            for row in measured.map_err(|e| e.to_string())? {
+                all_right &= row.wrong == 0;
                 if lead {
                     print_row(&row, args, comparing);
                 }
@@ -316,15 +298,6 @@ fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
     println!("# reference: single-core memcpy of 64 MiB on this machine: {:.2} GB/s", memcpy_gbps());
 }
 
-/// The run of median time (the faster of the middle two for an even count), with the wrong
-/// results of all runs.
-fn median(mut runs: Vec<Row>) -> Option<Row> {
-    runs.sort_by(|a, b| a.us.total_cmp(&b.us));
-    let wrong = runs.iter().map(|r| r.wrong).sum();
-    let mid = runs.len().saturating_sub(1) / 2;
-    (!runs.is_empty()).then(|| Row { wrong, ..runs.swap_remove(mid) })
-}
-
 fn print_row(r: &Row, args: &BenchArgs, comparing: bool) {
     let redop = r.redop.map_or("none", |o| o.name());
     let root = r.root.map_or(-1, |x| x as i64);
@@ -358,134 +331,5 @@ fn print_row(r: &Row, args: &BenchArgs, comparing: bool) {
             if args.check { r.wrong.to_string() } else { "N/A".into() }
         );
         println!("{line}");
-    }
-}
-
-/// Runs one operation at one size: warm-up, timed iterations, then (with --check) a count of
-/// wrong elements summed over ranks. The time is the slowest rank's average.
-/// `h` runs the measured operation (with its algorithm forced or not); `comm` the bookkeeping.
-fn measure<T: Num>(
-    comm: &Communicator,
-    h: &Communicator,
-    op: &'static str,
-    bytes: usize,
-    redop: ReduceOp,
-    args: &BenchArgs,
-) -> conflux::Result<Row> {
-    let (n, r) = (comm.size(), comm.rank());
-    let es = T::DTYPE.size();
-    let root = args.root;
-    // Sizes follow nccl-tests: all_gather's is the total output, reduce_scatter's the total
-    // input, all_to_all's the whole send buffer of one rank.
-    let per_rank = |total: usize| total / es / n;
-    let count = match op {
-        "all_gather" | "reduce_scatter" | "all_to_all" => per_rank(bytes) * n,
-        _ => bytes / es,
-    };
-    let block = count / n;
-    let fill = |len: usize, base: usize| {
-        let mut v = vec![T::zeroed(); len];
-        verify::fill(&mut v, redop, r, base);
-        v
-    };
-    let (send, mut recv): (Vec<T>, Vec<T>) = match op {
-        "all_gather" => (fill(block, 0), vec![T::zeroed(); block * n]),
-        "reduce_scatter" => (fill(block * n, 0), vec![T::zeroed(); block]),
-        "broadcast" => (Vec::new(), if r == root { fill(count, 0) } else { vec![T::zeroed(); count] }),
-        _ => (fill(count, 0), vec![T::zeroed(); count]),
-    };
-    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
-    let once = |recv: &mut Vec<T>| -> conflux::Result<()> {
-        match op {
-            "all_reduce" => h.all_reduce_into(&send, recv, redop),
-            "all_gather" => h.all_gather(&send, recv),
-            "reduce_scatter" => h.reduce_scatter(&send, recv, redop),
-            "broadcast" => h.broadcast(recv, root),
-            "all_to_all" => h.all_to_all(&send, recv),
-            "reduce" => h.reduce_into(&send, recv, redop, root),
-            "sendrecv" => {
-                if n == 1 {
-                    recv.copy_from_slice(&send);
-                    return Ok(());
-                }
-                let w = h.send_async(send.clone(), right, 0);
-                h.recv(recv, left, 0)?;
-                w.wait().map(|_| ())
-            }
-            _ => unreachable!("checked in main"),
-        }
-    };
-    let mut iters = if bytes > 1 << 20 { (args.iters / 4).max(5) } else { args.iters };
-    let warm = Instant::now();
-    for _ in 0..args.warmup {
-        once(&mut recv)?;
-    }
-    let min_ms = args.min_ms.unwrap_or(if args.report_auto { 5.0 } else { 0.0 });
-    if min_ms > 0.0 && args.warmup > 0 {
-        // Enough iterations that one measurement lasts --min-ms, from the slowest rank's
-        // warm-up (so every rank runs the same number).
-        let mut per = [warm.elapsed().as_secs_f64() / args.warmup as f64];
-        comm.all_reduce(&mut per, ReduceOp::Max)?;
-        let want = (min_ms * 1e-3 / per[0].max(1e-9)).ceil() as usize;
-        iters = iters.max(want.min(20_000));
-    }
-    comm.barrier()?;
-    let t = Instant::now();
-    for _ in 0..iters {
-        once(&mut recv)?;
-    }
-    let mut secs = [t.elapsed().as_secs_f64() / iters as f64];
-    comm.all_reduce(&mut secs, ReduceOp::Max)?;
-    let wrong = if args.check { count_wrong(&recv, op, redop, n, r, root, block, left) } else { 0 };
-    let mut w = [wrong as i64];
-    comm.all_reduce(&mut w, ReduceOp::Sum)?;
-    let algbw = bytes as f64 / secs[0] / 1e9;
-    let factor = match op {
-        "all_reduce" => 2.0 * (n as f64 - 1.0) / n as f64,
-        "all_gather" | "reduce_scatter" | "all_to_all" => (n as f64 - 1.0) / n as f64,
-        _ => 1.0,
-    };
-    let reduces = matches!(op, "all_reduce" | "reduce_scatter" | "reduce");
-    let chosen = OpKind::parse(op).and_then(|k| h.algo_for(k, bytes).ok()).filter(|_| n > 1);
-    Ok(Row {
-        op,
-        forced: h.algo(),
-        chosen,
-        bytes,
-        count,
-        dtype: T::DTYPE,
-        redop: reduces.then_some(redop),
-        root: matches!(op, "broadcast" | "reduce").then_some(root),
-        us: secs[0] * 1e6,
-        algbw,
-        busbw: algbw * factor,
-        wrong: w[0] as u64,
-    })
-}
-
-/// Wrong elements of this rank's result, against `verify`'s exact expectations.
-#[allow(clippy::too_many_arguments)]
-fn count_wrong<T: Num>(
-    recv: &[T],
-    op: &str,
-    redop: ReduceOp,
-    n: usize,
-    r: usize,
-    root: usize,
-    block: usize,
-    left: usize,
-) -> usize {
-    let d = T::DTYPE;
-    let b = block.max(1);
-    match op {
-        "all_reduce" => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, i)),
-        "reduce" if r == root => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, i)),
-        "reduce" => 0,
-        "reduce_scatter" => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, r * block + i)),
-        "all_gather" => verify::count_wrong(recv, |i| verify::input(d, redop, i / b, i % b)),
-        "broadcast" => verify::count_wrong(recv, |i| verify::input(d, redop, root, i)),
-        "all_to_all" => verify::count_wrong(recv, |i| verify::input(d, redop, i / b, r * block + i % b)),
-        "sendrecv" => verify::count_wrong(recv, |i| verify::input(d, redop, left, i)),
-        _ => 0,
     }
 }

@@ -1,0 +1,242 @@
+//! Timing one operation at one size under several algorithms, fairly.
+//!
+//! On an oversubscribed host (4+ ranks on 2 cores) the time of one algorithm drifts by 20-30%
+//! from one run to the next, more than the margins between algorithms, as the scheduler
+//! settles the ranks one way or another. So the algorithms take turns in short batches,
+//! round after round (each round in a rotated order), and each keeps the median of its
+//! batches: drift then reaches every algorithm alike, and auto is timed beside the forced
+//! algorithm it chose as closely as two runs of one algorithm can be.
+//!
+//! Every batch is preceded by one untimed call, since the first call after a switch pays for
+//! the previous algorithm's cache footprint, and by a barrier; its time is the slowest rank's.
+//! With `--check`, each algorithm's result is checked last, in a buffer cleared first, so an
+//! algorithm that wrote nothing cannot pass on another's result.
+
+use std::time::Instant;
+
+use conflux::{Algo, Communicator, OpKind, ReduceOp};
+
+use super::{BenchArgs, Row};
+use crate::verify::{self, Num};
+
+/// One operation at one size: the buffers every algorithm measured shares.
+struct Case<'a, T: Num> {
+    op: &'static str,
+    count: usize,
+    block: usize,
+    redop: ReduceOp,
+    root: usize,
+    rank: usize,
+    size: usize,
+    send: Vec<T>,
+    recv: Vec<T>,
+    args: &'a BenchArgs,
+}
+
+impl<'a, T: Num> Case<'a, T> {
+    fn new(comm: &Communicator, op: &'static str, bytes: usize, redop: ReduceOp, args: &'a BenchArgs) -> Self {
+        let (n, r) = (comm.size(), comm.rank());
+        // Sizes follow nccl-tests: all_gather's is the total output, reduce_scatter's the total
+        // input, all_to_all's the whole send buffer of one rank.
+        let count = match op {
+            "all_gather" | "reduce_scatter" | "all_to_all" => bytes / T::DTYPE.size() / n * n,
+            _ => bytes / T::DTYPE.size(),
+        };
+        let block = count / n;
+        let send_len = match op {
+            "all_gather" => block,
+            "broadcast" => 0,
+            _ => count,
+        };
+        let mut send = vec![T::zeroed(); send_len];
+        verify::fill(&mut send, redop, r, 0);
+        let mut case =
+            Case { op, count, block, redop, root: args.root, rank: r, size: n, send, recv: Vec::new(), args };
+        case.clear();
+        case
+    }
+
+    /// The output as before any call: zeros, but the broadcast root's data.
+    fn clear(&mut self) {
+        let len = if self.op == "reduce_scatter" { self.block } else { self.count };
+        self.recv.clear();
+        self.recv.resize(len, T::zeroed());
+        if self.op == "broadcast" && self.rank == self.root {
+            verify::fill(&mut self.recv, self.redop, self.rank, 0);
+        }
+    }
+
+    fn once(&mut self, h: &Communicator) -> conflux::Result<()> {
+        let (send, recv, redop, root) = (&self.send, &mut self.recv, self.redop, self.root);
+        match self.op {
+            "all_reduce" => h.all_reduce_into(send, recv, redop),
+            "all_gather" => h.all_gather(send, recv),
+            "reduce_scatter" => h.reduce_scatter(send, recv, redop),
+            "broadcast" => h.broadcast(recv, root),
+            "all_to_all" => h.all_to_all(send, recv),
+            "reduce" => h.reduce_into(send, recv, redop, root),
+            "sendrecv" => {
+                let n = self.size;
+                if n == 1 {
+                    recv.copy_from_slice(send);
+                    return Ok(());
+                }
+                let w = h.send_async(send.clone(), (self.rank + 1) % n, 0);
+                h.recv(recv, (self.rank + n - 1) % n, 0)?;
+                w.wait().map(|_| ())
+            }
+            _ => unreachable!("checked in main"),
+        }
+    }
+
+    /// Wrong elements of this rank's output, against `verify`'s exact expectations.
+    fn wrong(&self) -> usize {
+        let (d, redop, n, r, root) = (T::DTYPE, self.redop, self.size, self.rank, self.root);
+        let (block, b) = (self.block, self.block.max(1));
+        let recv = &self.recv;
+        match self.op {
+            "all_reduce" => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, i)),
+            "reduce" if r == root => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, i)),
+            "reduce" => 0,
+            "reduce_scatter" => verify::count_wrong(recv, |i| verify::reduced(d, redop, n, r * block + i)),
+            "all_gather" => verify::count_wrong(recv, |i| verify::input(d, redop, i / b, i % b)),
+            "broadcast" => verify::count_wrong(recv, |i| verify::input(d, redop, root, i)),
+            "all_to_all" => verify::count_wrong(recv, |i| verify::input(d, redop, i / b, r * block + i % b)),
+            "sendrecv" => verify::count_wrong(recv, |i| verify::input(d, redop, (r + n - 1) % n, i)),
+            _ => 0,
+        }
+    }
+
+    /// nccl-tests' bus bandwidth factor.
+    fn bus_factor(&self) -> f64 {
+        let n = self.size as f64;
+        match self.op {
+            "all_reduce" => 2.0 * (n - 1.0) / n,
+            "all_gather" | "reduce_scatter" | "all_to_all" => (n - 1.0) / n,
+            _ => 1.0,
+        }
+    }
+}
+
+/// Measures `op` at `bytes` under each algorithm of `list` (None: auto), and returns one row
+/// each. An algorithm that refuses the call (forced where it cannot serve; every rank
+/// refuses alike) is removed from `list` and announced through `skipped`.
+pub fn measure<T: Num>(
+    comm: &Communicator,
+    list: &mut Vec<Option<Algo>>,
+    op: &'static str,
+    bytes: usize,
+    redop: ReduceOp,
+    args: &BenchArgs,
+    mut skipped: impl FnMut(&str),
+) -> conflux::Result<Vec<Row>> {
+    let mut case = Case::<T>::new(comm, op, bytes, redop, args);
+    // Warm-up, which also finds out what each algorithm costs per call.
+    let mut per_call = Vec::with_capacity(list.len());
+    let mut k = 0;
+    while k < list.len() {
+        let h = comm.with_algo(list[k]);
+        let t = Instant::now();
+        match warm_up(&mut case, &h) {
+            Ok(()) => {
+                per_call.push(t.elapsed().as_secs_f64() / args.warmup.max(1) as f64);
+                k += 1;
+            }
+            Err(conflux::Error::InvalidArgument(why)) if list[k].is_some() => {
+                skipped(&why);
+                list.remove(k);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Every rank runs the same number of calls, sized from the slowest rank's warm-up of the
+    // fastest algorithm (the first algorithm's warm-up also pays the buffers' first touch), and
+    // every algorithm the same number: a batch's time includes the barrier's skew, which more
+    // calls amortise more.
+    comm.all_reduce(&mut per_call, ReduceOp::Max)?;
+    let rounds = args.rounds.unwrap_or(if args.report_auto { 15 } else { 1 }).max(1);
+    let fastest = per_call.iter().copied().fold(f64::INFINITY, f64::min);
+    let batch = calls_per_batch(args, bytes, fastest, rounds);
+
+    let algos = list.len();
+    let mut secs = vec![0.0f64; rounds * algos];
+    for round in 0..rounds {
+        for j in 0..algos {
+            let k = (j + round) % algos;
+            let h = comm.with_algo(list[k]);
+            if rounds > 1 {
+                case.once(&h)?;
+            }
+            comm.barrier()?;
+            let t = Instant::now();
+            for _ in 0..batch {
+                case.once(&h)?;
+            }
+            secs[round * algos + k] = t.elapsed().as_secs_f64() / batch as f64;
+        }
+    }
+    comm.all_reduce(&mut secs, ReduceOp::Max)?;
+    let mut wrong = vec![0i64; algos];
+    if args.check {
+        for (k, w) in wrong.iter_mut().enumerate() {
+            case.clear();
+            case.once(&comm.with_algo(list[k]))?;
+            *w = case.wrong() as i64;
+        }
+    }
+    comm.all_reduce(&mut wrong, ReduceOp::Sum)?;
+
+    let kind = OpKind::parse(op);
+    let reduces = matches!(op, "all_reduce" | "reduce_scatter" | "reduce");
+    let rows = (0..algos)
+        .map(|k| {
+            let h = comm.with_algo(list[k]);
+            let samples: Vec<f64> = (0..rounds).map(|r| secs[r * algos + k] * 1e6).collect();
+            let us = median(&samples);
+            let algbw = bytes as f64 / us / 1e3;
+            Row {
+                op,
+                forced: list[k],
+                chosen: kind.and_then(|o| h.algo_for(o, bytes).ok()).filter(|_| comm.size() > 1),
+                bytes,
+                count: case.count,
+                dtype: T::DTYPE,
+                redop: reduces.then_some(redop),
+                root: matches!(op, "broadcast" | "reduce").then_some(case.root),
+                us,
+                algbw,
+                busbw: algbw * case.bus_factor(),
+                wrong: wrong[k] as u64,
+                samples,
+            }
+        })
+        .collect();
+    Ok(rows)
+}
+
+fn warm_up<T: Num>(case: &mut Case<'_, T>, h: &Communicator) -> conflux::Result<()> {
+    // One call even without --warmup: it is where a forced algorithm refuses.
+    for _ in 0..case.args.warmup.max(1) {
+        case.once(h)?;
+    }
+    Ok(())
+}
+
+/// Calls per timed batch: --iters in all (a quarter above 1 MiB, at least 5), or as many as
+/// last --min-ms, spread over the rounds.
+fn calls_per_batch(args: &BenchArgs, bytes: usize, per_call_s: f64, rounds: usize) -> usize {
+    let mut total = if bytes > 1 << 20 { (args.iters / 4).max(5) } else { args.iters };
+    let min_ms = args.min_ms.unwrap_or(if args.report_auto { 30.0 } else { 0.0 });
+    if min_ms > 0.0 {
+        let want = (min_ms * 1e-3 / per_call_s.max(1e-9)).ceil() as usize;
+        total = total.max(want.min(20_000 * rounds));
+    }
+    total.div_ceil(rounds).max(1)
+}
+
+/// The median of `v` (the lower middle of an even count).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[(v.len() - 1) / 2]
+}

@@ -1,0 +1,107 @@
+//! `conflux bench --algo all --report-auto` as a user runs it: every algorithm of every
+//! collective side by side, each result checked, the auto report, the CSV and the plot.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{text, wait_output, CONFLUX};
+
+fn temp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("conflux-bench-test-{}-{name}", std::process::id()))
+}
+
+/// The algorithms `--algo all` must run for each operation at 3 ranks on one host.
+const ALGOS: &[(&str, &[&str])] = &[
+    ("all_reduce", &["ring", "direct", "tree", "rd", "rabenseifner"]),
+    ("all_gather", &["ring", "rd", "bruck"]),
+    ("reduce_scatter", &["ring", "rd"]),
+    ("broadcast", &["tree", "chain", "scatter_allgather"]),
+    ("all_to_all", &["pairwise", "bruck"]),
+    ("reduce", &["ring", "tree", "chain"]),
+];
+const SIZES: [usize; 4] = [8, 128, 2048, 32768];
+const ROUNDS: usize = 3;
+
+#[test]
+fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
+    let (csv, svg) = (temp("out.csv"), temp("out.svg"));
+    let args = [
+        "bench",
+        "all",
+        "-n",
+        "3",
+        "-b",
+        "8",
+        "-e",
+        "32K",
+        "-f",
+        "16",
+        "--iters",
+        "4",
+        "--algo",
+        "all",
+        "--report-auto",
+        "--rounds",
+        "3",
+        "--min-ms",
+        "1",
+        "--check",
+        "--csv",
+    ];
+    let mut cmd = Command::new(CONFLUX);
+    cmd.args(args).arg(&csv).arg("--plot").arg(&svg).env("CONFLUX_TIMEOUT_S", "60").env_remove("CONFLUX_ALGO");
+    let out =
+        wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(240)).0;
+    let t = text(&out);
+    assert!(out.status.success(), "bench failed ({}):\n{t}", out.status);
+
+    // One CSV row per operation, size and algorithm (auto included), each checked, each with
+    // one time per round.
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<Vec<&str>> = csv_text.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    for (op, algos) in ALGOS {
+        for bytes in SIZES {
+            for algo in algos.iter().chain(&["auto"]) {
+                let row = rows
+                    .iter()
+                    .find(|r| r[0] == *op && r[1] == *algo && r[3] == bytes.to_string())
+                    .unwrap_or_else(|| panic!("no CSV row for {op} {algo} {bytes} B:\n{csv_text}"));
+                assert_eq!(row[11], "0", "{op} {algo} {bytes} B has wrong elements:\n{t}");
+                let rounds: Vec<f64> = row[12].split(' ').map(|x| x.parse().unwrap()).collect();
+                assert_eq!(rounds.len(), ROUNDS, "{op} {algo} {bytes} B: {:?}", row[12]);
+                assert!(rounds.iter().all(|us| *us > 0.0), "{op} {algo} {bytes} B: {:?}", row[12]);
+                if *algo == "auto" {
+                    assert!(algos.contains(&row[2]), "auto chose {:?} for {op}, not one of {algos:?}", row[2]);
+                } else {
+                    assert_eq!(row[2], *algo, "forced {algo} for {op} was served by {:?}", row[2]);
+                }
+            }
+        }
+    }
+    assert!(rows.iter().any(|r| r[0] == "sendrecv"), "no sendrecv rows:\n{csv_text}");
+
+    // The report: a line per operation with algorithms and size, with two ratios, then a summary.
+    let report: Vec<&str> = t.lines().skip_while(|l| !l.starts_with("# auto against the best")).collect();
+    let lines: Vec<&str> = report.iter().copied().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), ALGOS.len() * SIZES.len(), "report lines:\n{}", report.join("\n"));
+    for l in &lines {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (run, choice): (f64, f64) = (f[6].parse().unwrap(), f[7].parse().unwrap());
+        assert!(run > 0.0 && choice >= run, "ratios in {l:?}");
+    }
+    assert!(report.iter().any(|l| l.starts_with("# lowest run ratio")), "no summary:\n{}", report.join("\n"));
+
+    // The plot: one panel per operation, a line per algorithm.
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    assert!(doc.starts_with("<svg") || doc.starts_with("<?xml"), "not an SVG: {}", &doc[..doc.len().min(80)]);
+    for (op, algos) in ALGOS {
+        assert!(doc.contains(op), "the plot has no {op} panel");
+        for a in *algos {
+            assert!(doc.contains(a), "the plot has no {a} line");
+        }
+    }
+    let _ = std::fs::remove_file(csv);
+    let _ = std::fs::remove_file(svg);
+}
