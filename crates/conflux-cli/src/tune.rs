@@ -9,9 +9,10 @@
 //!   for β. shm: rank 0's first peer on its host (none: the defaults stay). tcp: a rank on
 //!   another node if the job spans nodes; else a second communicator forced to TCP (loopback).
 //! - oversub: the default unless the host runs more ranks than cores; then the median 8-byte
-//!   ring all_reduce over shm / the 2(N−1)·α_shm the model charges it, clamped to 1..50.
+//!   ring all_reduce over shm / the 2(N−1)·α_shm the model charges it, scaled from this
+//!   host's crowding to 4 ranks per core (`Model::latency_factor`), clamped to 1..50.
 //! - sync_us: the median 8-byte direct all_reduce less the model's copy and reduce terms,
-//!   divided by the factor the model puts on sync when oversubscribed (oversub × N/2), so that
+//!   divided by the factor the model puts on sync (`Model::sync_factor`), so that
 //!   `predict(Direct, 8 B)` equals the measurement. Needs one shared segment; else the default.
 //! - reduce_gbps: one core's f32 sum (`reduce_into`) of 32 MiB; copy_gbps: memcpy of 64 MiB;
 //!   on rank 0 once the communicators are gone, so no other rank competes for the cores.
@@ -80,7 +81,7 @@ fn run_rank(args: &TuneArgs, kind: TransportKind) -> Result<(), String> {
     let (r, c) = (m.reduce_gbps, m.copy_gbps);
     lines.insert(0, format!("measured: f32 sum of 32 MiB {r:.2} GB/s, memcpy of 64 MiB {c:.2} GB/s"));
     if let Some(t) = direct {
-        m.sync_us = fit_sync(t, 8, topo.size as f64, &m, topo.oversubscribed);
+        m.sync_us = fit_sync(t, 8, &m, &topo);
     }
     write_file(args, &m, &topo, &lines)
 }
@@ -117,15 +118,15 @@ fn measure(kind: TransportKind) -> Result<Option<Measured>, String> {
     } else {
         lines.push("note: --transport tcp: shm, sync_us and oversub are the defaults".into());
     }
-    if shm_measured && topo.oversubscribed {
+    if shm_measured && topo.oversubscribed() {
         lines.push(
             "note: more ranks than cores: the idle ranks' barrier may inflate shm alpha (tune at N <= cores too)"
                 .into(),
         );
     }
-    if shm_measured && topo.oversubscribed && topo.one_segment {
+    if shm_measured && topo.oversubscribed() && topo.one_segment {
         if let Some(t) = timed_all_reduce(&comm.with_algo(Some(Algo::Ring)))? {
-            m.oversub = fit_oversub(t, size, m.shm.alpha_us);
+            m.oversub = fit_oversub(t, &topo, m.shm.alpha_us);
             lines.push(format!("measured: oversubscribed: 8-byte ring all_reduce at {size} ranks {t:.2} us"));
         }
     }
@@ -170,7 +171,7 @@ fn write_file(args: &TuneArgs, m: &Model, topo: &Topo, lines: &[String]) -> Resu
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let (size, nodes, here, host) = (topo.size, topo.nodes.len(), topo.nodes[0].len(), host.trim());
-    let over = if topo.oversubscribed { ", oversubscribed" } else { "" };
+    let over = if topo.oversubscribed() { ", oversubscribed" } else { "" };
     let mut text = format!(
         "# conflux tune, {when}: {size} ranks on {nodes} node(s), {here} on host {host} ({cores} cores{over})\n"
     );
@@ -250,17 +251,22 @@ fn fit_link(rtt_small_us: f64, rtt_big_us: f64, big_bytes: usize) -> LinkCost {
     LinkCost { alpha_us, gbps: big_bytes as f64 * 1e-3 / beta_time }
 }
 
-/// The 8-byte ring costs 2(N−1)·α·oversub in the model (its byte terms are negligible).
-fn fit_oversub(ring_us: f64, n: usize, shm_alpha_us: f64) -> f64 {
-    (ring_us / (2.0 * (n as f64 - 1.0) * shm_alpha_us)).clamp(1.0, 50.0)
+/// The 8-byte ring costs 2(N−1)·α·f in the model (its byte terms are negligible), f being
+/// `1 + (oversub − 1)·crowding`; solved for oversub.
+fn fit_oversub(ring_us: f64, topo: &Topo, shm_alpha_us: f64) -> f64 {
+    let f = ring_us / (2.0 * (topo.size as f64 - 1.0) * shm_alpha_us);
+    let crowding = topo.crowding();
+    if crowding <= 0.0 {
+        return Model::default().oversub;
+    }
+    (1.0 + (f - 1.0) / crowding).clamp(1.0, 50.0)
 }
 
-/// Solves the model's small direct all_reduce, `sync·f + b·cp + n·b·g` with f = oversub·n/2
-/// when oversubscribed (else 1), for sync.
-fn fit_sync(measured_us: f64, bytes: usize, n: f64, m: &Model, oversubscribed: bool) -> f64 {
-    let b = bytes as f64 * 1e-3;
-    let f = if oversubscribed { m.oversub * n / 2.0 } else { 1.0 };
-    ((measured_us - b / m.copy_gbps - n * b / m.reduce_gbps) / f).max(1e-3)
+/// Solves the model's small direct all_reduce, `sync·f + b·cp + n·b·g` with f the model's
+/// `sync_factor`, for sync.
+fn fit_sync(measured_us: f64, bytes: usize, m: &Model, topo: &Topo) -> f64 {
+    let (b, n) = (bytes as f64 * 1e-3, topo.size as f64);
+    ((measured_us - b / m.copy_gbps - n * b / m.reduce_gbps) / m.sync_factor(topo)).max(1e-3)
 }
 
 /// "YYYY-MM-DD HH:MM:SS UTC" of a Unix time (Howard Hinnant's days-to-civil).
@@ -291,22 +297,27 @@ mod tests {
 
     #[test]
     fn sync_fit_makes_predict_match_the_measurement() {
-        for (n, over) in [(2, false), (4, true), (8, true)] {
+        for (n, load) in [(2, 1.0), (4, 2.0), (8, 4.0), (12, 6.0)] {
             let mut m = Model { oversub: 3.0, ..Model::default() };
-            m.sync_us = fit_sync(7.5, 8, n as f64, &m, over);
-            let topo = Topo { oversubscribed: over, ..Topo::single(n, true) };
+            let topo = Topo { load, ..Topo::single(n, true) };
+            m.sync_us = fit_sync(7.5, 8, &m, &topo);
             let call = Call { op: OpKind::AllReduce, bytes: 8, even: true, pieces: false };
             let p = predict(&m, Algo::Direct, &call, &topo).unwrap();
             assert!((p - 7.5).abs() < 1e-9, "n={n}: predicted {p}");
         }
-        assert!(fit_sync(0.0, 8, 2.0, &Model::default(), false) > 0.0);
+        assert!(fit_sync(0.0, 8, &Model::default(), &Topo::single(2, true)) > 0.0);
     }
 
     #[test]
-    fn oversub_fit_is_clamped() {
-        assert_eq!(fit_oversub(12.0, 4, 1.0), 2.0);
-        assert_eq!(fit_oversub(0.1, 4, 1.0), 1.0);
-        assert_eq!(fit_oversub(1e6, 4, 1.0), 50.0);
+    fn oversub_fit_inverts_the_latency_factor_and_is_clamped() {
+        let eight = Topo { load: 4.0, ..Topo::single(8, true) };
+        assert_eq!(fit_oversub(56.0, &eight, 1.0), 4.0);
+        // 4 ranks on 2 cores sit a third of the way to 4 per core: a factor of 2 there is 4.
+        let four = Topo { load: 2.0, ..Topo::single(4, true) };
+        let m = Model { oversub: fit_oversub(12.0, &four, 1.0), ..Model::default() };
+        assert!((m.oversub - 4.0).abs() < 1e-9 && (m.latency_factor(&four) - 2.0).abs() < 1e-9, "{m:?}");
+        assert_eq!(fit_oversub(0.1, &eight, 1.0), 1.0);
+        assert_eq!(fit_oversub(1e6, &eight, 1.0), 50.0);
     }
 
     #[test]

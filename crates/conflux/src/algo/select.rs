@@ -10,11 +10,13 @@
 //! - Flat algorithms over a job that spans nodes pay TCP's α and β; when several ranks of a
 //!   node talk across nodes at once (every algorithm but the ring, whose nodes each have one
 //!   outgoing edge) they share the node's link, so β is multiplied by the ranks per node.
-//! - A host with more ranks than cores multiplies every α and sync by `oversub`: a step then
-//!   waits for a peer to be scheduled, not just for its data. Rooted operations (broadcast,
-//!   reduce) are the exception: no rank waits for the ones after it, so back-to-back calls
-//!   pipeline and a call costs its busiest rank's waits at `oversub`, while the other steps of
-//!   its path cost plain α (`rooted`).
+//! - A host with more ranks than cores multiplies every α and sync (`Model::latency_factor`):
+//!   a step then waits for a peer to be scheduled, not just for its data. The factor is
+//!   `oversub` at 4 ranks per core and grows in proportion from 1 with a core per rank
+//!   (`Topo::crowding`). Rooted operations (broadcast, reduce) are the exception: no rank waits
+//!   for the ones after it, so back-to-back calls pipeline and a call costs its busiest rank's
+//!   waits at that factor, while the other steps of its path cost plain α at 4 ranks per core
+//!   (`rooted`).
 //! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 4 MiB) move
 //!   2.5× faster than `shm.gbps`, the streaming rate.
 //! - Log-step schedules across nodes pay shared memory for the steps inside a node; hier's
@@ -39,14 +41,23 @@ pub struct Topo {
     pub one_segment: bool,
     /// Ranks of one node talk over TCP too (CONFLUX_TRANSPORT=tcp).
     pub local_tcp: bool,
-    /// Some node runs more ranks than it has cores.
-    pub oversubscribed: bool,
+    /// Ranks per core on the busiest node (above 1: oversubscribed).
+    pub load: f64,
 }
 
 impl Topo {
     /// One rank, or all on one host with shared memory: what a test without a job sees.
     pub fn single(size: usize, one_segment: bool) -> Topo {
-        Topo { size, nodes: vec![(0..size).collect()], one_segment, local_tcp: false, oversubscribed: false }
+        Topo { size, nodes: vec![(0..size).collect()], one_segment, local_tcp: false, load: 1.0 }
+    }
+    /// Some node runs more ranks than it has cores.
+    pub fn oversubscribed(&self) -> bool {
+        self.load > 1.0
+    }
+    /// How oversubscribed, from 0 (a core per rank) to 1 (4 ranks per core, where the model's
+    /// oversubscribed terms were measured: 8 ranks on 2 cores) and no further.
+    pub fn crowding(&self) -> f64 {
+        ((self.load - 1.0) / 3.0).clamp(0.0, 1.0)
     }
     /// Ranks per node, when every node has the same number.
     pub fn uniform(&self) -> Option<usize> {
@@ -97,6 +108,23 @@ const KEYS: [&str; 8] =
     ["shm_alpha_us", "shm_gbps", "tcp_alpha_us", "tcp_gbps", "sync_us", "reduce_gbps", "copy_gbps", "oversub"];
 
 impl Model {
+    /// The factor on every latency on `topo`: `oversub` at 4 ranks per core, 1 with a core per
+    /// rank, in proportion between (an 8-byte ring all_reduce took 2.5 us a step at 4 ranks on
+    /// 2 cores, 4-8 at 8).
+    pub fn latency_factor(&self, topo: &Topo) -> f64 {
+        1.0 + (self.oversub - 1.0) * topo.crowding()
+    }
+
+    /// The factor on the shared segment's all-ranks sync: oversubscribed, the last rank to
+    /// arrive is scheduled after half the others on average.
+    pub fn sync_factor(&self, topo: &Topo) -> f64 {
+        if topo.oversubscribed() {
+            self.latency_factor(topo) * topo.size as f64 / 2.0
+        } else {
+            1.0
+        }
+    }
+
     fn fields(&mut self) -> [&mut f64; 8] {
         [
             &mut self.shm.alpha_us,
@@ -196,7 +224,8 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     serves(algo, call, topo).ok()?;
     let n = topo.size.max(1) as f64;
     let b = call.bytes as f64 * 1e-3; // kB, so that b / GB/s is in microseconds
-    let ovs = if topo.oversubscribed { m.oversub } else { 1.0 };
+    let ovs = m.latency_factor(topo);
+    let crowding = topo.crowding();
     let across = topo.nodes.len() > 1;
     let flat = if across || topo.local_tcp { m.tcp } else { m.shm };
     let a = flat.alpha_us * ovs;
@@ -225,13 +254,10 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // its path. Oversubscribed, the rest overlap with the next call's, at plain α (measured,
     // 8 ranks on 2 cores, 8 B reduce: chain 4-11 us, binomial tree 13-15 us, where paying
     // `oversub` on every step predicted chain 28 and tree 12; broadcast's tree stays ahead).
-    let rooted = |waits: f64, steps: f64| {
-        if topo.oversubscribed {
-            waits * a + (steps - waits).max(0.0) * flat.alpha_us
-        } else {
-            steps * a
-        }
-    };
+    // Between a core per rank and 4 ranks per core the overlap grows with crowding (measured,
+    // 4 ranks on 2 cores: the tree's reduce beat the chain's from 8 B to 2 MiB).
+    let relaxed = a + (flat.alpha_us - a) * crowding;
+    let rooted = |waits: f64, steps: f64| waits * a + (steps - waits).max(0.0) * relaxed;
     // Steps and bytes (as multiples of b) of a log-step schedule, inside nodes and across.
     let logstep = |steps_in: f64, bytes_in: f64, steps_out: f64, bytes_out: f64| {
         steps_in * sa + bytes_in * b * sb + steps_out * a + bytes_out * b * beta * shared
@@ -242,11 +268,16 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // more pass, and the trees' rooted operations overlap their levels.
     let sag_bw = 1.5;
     let ring_reduce_bw = 1.0;
-    // From 32 KiB per rank, recursive doubling's and halving's half-message steps no longer
-    // beat the ring's pipelined blocks: all_gather and reduce_scatter took 1.1-1.3x the ring's
-    // time at 128 KiB-2 MiB on 4 ranks and 512 KiB-8 MiB on 8 (bench --algo ring,rd
-    // --rounds 9), and netns TCP at 2x2 turns to the ring at the same block size.
-    let rd_big = if call.bytes / topo.size.max(1) >= 32 << 10 { 1.5 } else { 1.0 };
+    // Recursive doubling's and halving's half-message steps lose to the ring's pipelined
+    // blocks once the working set leaves the cache: on one host, all_gather and
+    // reduce_scatter took 1.1-1.3x the ring's time from 512 KiB at 8 ranks and from 2 MiB at 4
+    // (where rd was up to 2x faster at 128 KiB); across netns TCP at 2x2, from 32 KiB per rank.
+    let spills = if across || topo.local_tcp {
+        call.bytes / topo.size.max(1) >= 32 << 10
+    } else {
+        call.bytes.saturating_mul(topo.size) >= 4 << 20
+    };
+    let rd_big = if spills { 1.5 } else { 1.0 };
     use Algo::*;
     use OpKind::*;
     let t = match (call.op, algo) {
@@ -266,7 +297,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             2.0 * (chunks + logn) * a + 2.0 * b * beta * shared + b * g
         }
         (AllReduce, Direct) => {
-            let sync = m.sync_us * ovs * if topo.oversubscribed { n / 2.0 } else { 1.0 };
+            let sync = m.sync_us * m.sync_factor(topo);
             if call.bytes as f64 / n <= (16 << 10) as f64 {
                 sync + b * cp + n * b * g
             } else {
@@ -301,7 +332,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             // Oversubscribed, the fill's reductions also overlap with the next call's, on the
             // other cores (measured, 8 ranks: chain 7-116 us against tree 14-148 us from 2 to
             // 128 KiB, where counting the fill's bytes predicted the tree).
-            let filled = if topo.oversubscribed { chunks } else { steps };
+            let filled = chunks + (steps - chunks) * (1.0 - crowding);
             rooted(chunks, steps) + filled * chunk * (beta + g) + b * cp
         }
         (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp,

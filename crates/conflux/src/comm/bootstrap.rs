@@ -58,15 +58,11 @@ fn topology(peers: &[Peer], one_segment: bool, local_tcp: bool) -> Topo {
             None => nodes.push((p.node.clone(), vec![r])),
         }
     }
-    let oversubscribed =
-        nodes.iter().any(|(_, ranks)| ranks.len() > ranks.iter().map(|&r| peers[r].cores).min().unwrap_or(1));
-    Topo {
-        size: peers.len(),
-        nodes: nodes.into_iter().map(|(_, r)| r).collect(),
-        one_segment,
-        local_tcp,
-        oversubscribed,
-    }
+    let load = nodes
+        .iter()
+        .map(|(_, ranks)| ranks.len() as f64 / ranks.iter().map(|&r| peers[r].cores).min().unwrap_or(1).max(1) as f64)
+        .fold(1.0, f64::max);
+    Topo { size: peers.len(), nodes: nodes.into_iter().map(|(_, r)| r).collect(), one_segment, local_tcp, load }
 }
 
 /// Rank 0 reads the cost model (its tuning file, or the defaults) and publishes it; every

@@ -6,7 +6,7 @@ fn call(op: OpKind, bytes: usize) -> Call {
 
 fn tcp_only(size: usize, per_node: usize) -> Topo {
     let nodes = (0..size / per_node).map(|k| (k * per_node..(k + 1) * per_node).collect()).collect();
-    Topo { size, nodes, one_segment: false, local_tcp: false, oversubscribed: false }
+    Topo { size, nodes, one_segment: false, local_tcp: false, load: 1.0 }
 }
 
 /// Latency-bound links (large α, fast bytes): the log-step algorithms win small messages,
@@ -99,10 +99,44 @@ fn tuning_files_round_trip_and_reject_nonsense() {
 #[test]
 fn oversubscribed_rooted_operations_count_the_busiest_ranks_waits() {
     let m = Model::default();
-    let over = Topo { oversubscribed: true, ..Topo::single(8, true) };
+    let over = Topo { load: 4.0, ..Topo::single(8, true) };
     assert_eq!(choose(&m, &call(OpKind::Reduce, 8), &over, None), Ok(Algo::Chain));
     assert_eq!(choose(&m, &call(OpKind::Broadcast, 8), &over, None), Ok(Algo::Tree));
     let roomy = Topo::single(8, true);
     assert_eq!(choose(&m, &call(OpKind::Reduce, 8), &roomy, None), Ok(Algo::Tree));
     assert_eq!(choose(&m, &call(OpKind::Broadcast, 8), &roomy, None), Ok(Algo::Tree));
+}
+
+/// The latency factor grows with ranks per core, from 1 to `oversub` at 4 per core, and no
+/// further. At 2 per core (4 ranks on 2 cores) the overlap of back-to-back rooted calls is
+/// partial, and the binomial tree's reduce keeps ahead of the chain (measured from 8 B to
+/// 2 MiB), while at 4 per core the chain wins small reduces.
+#[test]
+fn crowding_scales_the_oversubscribed_terms() {
+    let m = Model::default();
+    let at = |load: f64, size: usize| Topo { load, ..Topo::single(size, true) };
+    assert_eq!(m.latency_factor(&at(1.0, 2)), 1.0);
+    assert_eq!(m.latency_factor(&at(2.0, 4)), 1.0 + (m.oversub - 1.0) / 3.0);
+    assert_eq!(m.latency_factor(&at(4.0, 8)), m.oversub);
+    assert_eq!(m.latency_factor(&at(8.0, 16)), m.oversub);
+    for bytes in [8, 8 << 10, 512 << 10] {
+        assert_eq!(choose(&m, &call(OpKind::Reduce, bytes), &at(2.0, 4), None), Ok(Algo::Tree), "{bytes} B");
+    }
+    assert_eq!(choose(&m, &call(OpKind::Reduce, 8), &at(4.0, 8), None), Ok(Algo::Chain));
+}
+
+/// On one host, recursive doubling and halving beat the ring while the working set stays in
+/// cache (measured at 4 ranks, 128 KiB: rd 43 us, ring 86 us) and lose once it spills
+/// (8 ranks at 512 KiB and up, 4 ranks at 2 MiB and up).
+#[test]
+fn recursive_doubling_yields_to_the_ring_when_the_working_set_spills() {
+    let m = Model::default();
+    let four = Topo { load: 2.0, ..Topo::single(4, true) };
+    let eight = Topo { load: 4.0, ..Topo::single(8, true) };
+    for op in [OpKind::AllGather, OpKind::ReduceScatter] {
+        assert_eq!(choose(&m, &call(op, 128 << 10), &four, None), Ok(Algo::Rd), "{op}");
+        assert_eq!(choose(&m, &call(op, 2 << 20), &four, None), Ok(Algo::Ring), "{op}");
+        assert_eq!(choose(&m, &call(op, 128 << 10), &eight, None), Ok(Algo::Rd), "{op}");
+        assert_eq!(choose(&m, &call(op, 512 << 10), &eight, None), Ok(Algo::Ring), "{op}");
+    }
 }
