@@ -82,14 +82,17 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
     }
     assert!(rows.iter().any(|r| r[0] == "sendrecv"), "no sendrecv rows:\n{csv_text}");
 
-    // The report: a line per operation with algorithms and size, with two ratios, then a summary.
+    // The report: a line per operation with algorithms and size, with two ratios and the run
+    // ratio's interval (3 rounds: from the lowest to the highest), then a summary.
     let report: Vec<&str> = t.lines().skip_while(|l| !l.starts_with("# auto against the best")).collect();
     let lines: Vec<&str> = report.iter().copied().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(lines.len(), ALGOS.len() * SIZES.len(), "report lines:\n{}", report.join("\n"));
     for l in &lines {
         let f: Vec<&str> = l.split_whitespace().collect();
         let (run, choice): (f64, f64) = (f[6].parse().unwrap(), f[7].parse().unwrap());
-        assert!(run > 0.0 && choice >= run, "ratios in {l:?}");
+        let (lo, hi) = f[8].split_once('-').unwrap_or_else(|| panic!("no interval in {l:?}"));
+        let (lo, hi): (f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap());
+        assert!(run > 0.0 && choice >= run && lo <= run && run <= hi, "ratios in {l:?}");
     }
     assert!(report.iter().any(|l| l.starts_with("# lowest run ratio")), "no summary:\n{}", report.join("\n"));
 

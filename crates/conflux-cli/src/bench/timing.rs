@@ -3,9 +3,14 @@
 //! On an oversubscribed host (4+ ranks on 2 cores) the time of one algorithm drifts by 20-30%
 //! from one run to the next, more than the margins between algorithms, as the scheduler
 //! settles the ranks one way or another. So the algorithms take turns in short batches,
-//! round after round (each round in a rotated order), and each keeps the median of its
+//! round after round (each round in its own shuffled order), and each keeps the median of its
 //! batches: drift then reaches every algorithm alike, and auto is timed beside the forced
 //! algorithm it chose as closely as two runs of one algorithm can be.
+//!
+//! The order changes because what ran before a batch shows in its time, even after the
+//! untimed call: over netns TCP, auto's reduce ran 17% slower than the forced tree it chose
+//! when a fixed rotation always put it after the chain, and auto's all_reduce 16% faster than
+//! the forced hier when it always followed hier.
 //!
 //! Every batch is preceded by one untimed call, since the first call after a switch pays for
 //! the previous algorithm's cache footprint, and by a barrier; its time is the slowest rank's.
@@ -161,8 +166,7 @@ pub fn measure<T: Num>(
     let algos = list.len();
     let mut secs = vec![0.0f64; rounds * algos];
     for round in 0..rounds {
-        for j in 0..algos {
-            let k = (j + round) % algos;
+        for k in shuffled(algos, round) {
             let h = comm.with_algo(list[k]);
             if rounds > 1 {
                 case.once(&h)?;
@@ -222,6 +226,24 @@ fn warm_up<T: Num>(case: &mut Case<'_, T>, h: &Communicator) -> conflux::Result<
     Ok(())
 }
 
+/// A permutation of 0..n, the same on every rank for the same round (Fisher-Yates driven by
+/// SplitMix64 of the round number).
+fn shuffled(n: usize, round: usize) -> Vec<usize> {
+    let mut state = (round as u64).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        order.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
 /// Calls per timed batch: --iters in all (a quarter above 1 MiB, at least 5), or as many as
 /// last --min-ms, spread over the rounds.
 fn calls_per_batch(args: &BenchArgs, bytes: usize, per_call_s: f64, rounds: usize) -> usize {
@@ -239,4 +261,26 @@ pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v[(v.len() - 1) / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shuffled;
+
+    #[test]
+    fn every_round_is_a_permutation_and_predecessors_vary() {
+        let mut before_last = std::collections::BTreeSet::new();
+        for round in 0..15 {
+            let mut order = shuffled(6, round);
+            let pos = order.iter().position(|&k| k == 5).unwrap();
+            if pos > 0 {
+                before_last.insert(order[pos - 1]);
+            }
+            order.sort();
+            assert_eq!(order, (0..6).collect::<Vec<_>>());
+        }
+        assert!(before_last.len() >= 3, "algorithm 5 follows only {before_last:?}");
+        assert_eq!(shuffled(0, 3), Vec::<usize>::new());
+        assert_eq!(shuffled(1, 3), vec![0]);
+    }
 }
