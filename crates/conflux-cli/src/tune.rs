@@ -312,10 +312,10 @@ mod tests {
     fn oversub_fit_inverts_the_latency_factor_and_is_clamped() {
         let eight = Topo { load: 4.0, ..Topo::single(8, true) };
         assert_eq!(fit_oversub(56.0, &eight, 1.0), 4.0);
-        // 4 ranks on 2 cores sit a third of the way to 4 per core: a factor of 2 there is 4.
+        // 4 ranks on 2 cores sit half-way to 4 per core: a factor of 2 there is 3 at 4 per core.
         let four = Topo { load: 2.0, ..Topo::single(4, true) };
         let m = Model { oversub: fit_oversub(12.0, &four, 1.0), ..Model::default() };
-        assert!((m.oversub - 4.0).abs() < 1e-9 && (m.latency_factor(&four) - 2.0).abs() < 1e-9, "{m:?}");
+        assert!((m.oversub - 3.0).abs() < 1e-9 && (m.latency_factor(&four) - 2.0).abs() < 1e-9, "{m:?}");
         assert_eq!(fit_oversub(0.1, &eight, 1.0), 1.0);
         assert_eq!(fit_oversub(1e6, &eight, 1.0), 50.0);
     }

@@ -12,11 +12,11 @@
 //!   outgoing edge) they share the node's link, so β is multiplied by the ranks per node.
 //! - A host with more ranks than cores multiplies every α and sync (`Model::latency_factor`):
 //!   a step then waits for a peer to be scheduled, not just for its data. The factor is
-//!   `oversub` at 4 ranks per core and grows in proportion from 1 with a core per rank
-//!   (`Topo::crowding`). Rooted operations (broadcast, reduce) are the exception: no rank waits
-//!   for the ones after it, so back-to-back calls pipeline and a call costs its busiest rank's
-//!   waits at that factor, while the other steps of its path cost plain α at 4 ranks per core
-//!   (`rooted`).
+//!   `oversub` at 4 ranks per core, 1 with a core per rank, and grows with log2 of the ranks
+//!   per core between (`Topo::crowding`). Rooted operations (broadcast, reduce) are the
+//!   exception: no rank waits for the ones after it, so back-to-back calls pipeline and a call
+//!   costs its busiest rank's waits at that factor, while the other steps of its path cost
+//!   plain α (`rooted`).
 //! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 4 MiB) move
 //!   2.5× faster than `shm.gbps`, the streaming rate.
 //! - Log-step schedules across nodes pay shared memory for the steps inside a node; hier's
@@ -55,9 +55,11 @@ impl Topo {
         self.load > 1.0
     }
     /// How oversubscribed, from 0 (a core per rank) to 1 (4 ranks per core, where the model's
-    /// oversubscribed terms were measured: 8 ranks on 2 cores) and no further.
+    /// oversubscribed terms were measured: 8 ranks on 2 cores) and no further; half-way at 2
+    /// ranks per core (an 8-byte ring all_reduce step took 2.4-2.9 us at 4 ranks on 2 cores
+    /// against α = 1 us, and 4-8 us at 8: a factor of 2.5 where `oversub` is 4).
     pub fn crowding(&self) -> f64 {
-        ((self.load - 1.0) / 3.0).clamp(0.0, 1.0)
+        (self.load.max(1.0).log2() / 2.0).min(1.0)
     }
     /// Ranks per node, when every node has the same number.
     pub fn uniform(&self) -> Option<usize> {
@@ -108,9 +110,8 @@ const KEYS: [&str; 8] =
     ["shm_alpha_us", "shm_gbps", "tcp_alpha_us", "tcp_gbps", "sync_us", "reduce_gbps", "copy_gbps", "oversub"];
 
 impl Model {
-    /// The factor on every latency on `topo`: `oversub` at 4 ranks per core, 1 with a core per
-    /// rank, in proportion between (an 8-byte ring all_reduce took 2.5 us a step at 4 ranks on
-    /// 2 cores, 4-8 at 8).
+    /// The factor on every latency on `topo`: 1 with a core per rank, `oversub` from 4 ranks
+    /// per core, `1 + (oversub - 1) x crowding` between.
     pub fn latency_factor(&self, topo: &Topo) -> f64 {
         1.0 + (self.oversub - 1.0) * topo.crowding()
     }
@@ -225,7 +226,6 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let n = topo.size.max(1) as f64;
     let b = call.bytes as f64 * 1e-3; // kB, so that b / GB/s is in microseconds
     let ovs = m.latency_factor(topo);
-    let crowding = topo.crowding();
     let across = topo.nodes.len() > 1;
     let flat = if across || topo.local_tcp { m.tcp } else { m.shm };
     let a = flat.alpha_us * ovs;
@@ -254,9 +254,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // its path. Oversubscribed, the rest overlap with the next call's, at plain α (measured,
     // 8 ranks on 2 cores, 8 B reduce: chain 4-11 us, binomial tree 13-15 us, where paying
     // `oversub` on every step predicted chain 28 and tree 12; broadcast's tree stays ahead).
-    // Between a core per rank and 4 ranks per core the overlap grows with crowding (measured,
-    // 4 ranks on 2 cores: the tree's reduce beat the chain's from 8 B to 2 MiB).
-    let relaxed = a + (flat.alpha_us - a) * crowding;
+    let relaxed = if topo.oversubscribed() { flat.alpha_us } else { a };
     let rooted = |waits: f64, steps: f64| waits * a + (steps - waits).max(0.0) * relaxed;
     // Steps and bytes (as multiples of b) of a log-step schedule, inside nodes and across.
     let logstep = |steps_in: f64, bytes_in: f64, steps_out: f64, bytes_out: f64| {
@@ -329,11 +327,10 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
             let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
             let steps = (chunks + n - 2.0).max(1.0);
-            // Oversubscribed, the fill's reductions also overlap with the next call's, on the
-            // other cores (measured, 8 ranks: chain 7-116 us against tree 14-148 us from 2 to
-            // 128 KiB, where counting the fill's bytes predicted the tree).
-            let filled = chunks + (steps - chunks) * (1.0 - crowding);
-            rooted(chunks, steps) + filled * chunk * (beta + g) + b * cp
+            // The fill's reductions count, oversubscribed too: over three runs at 4 and 8 ranks
+            // on 2 cores the binomial tree beat the chain from 2 KiB (4 ranks: 512 B) to 2 MiB
+            // by 5-15% on average, and the chain won below and from 8 MiB.
+            rooted(chunks, steps) + steps * chunk * (beta + g) + b * cp
         }
         (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp,
         (AllGather, Ring) => ring(n - 1.0, (n - 1.0) / n, 0.0),

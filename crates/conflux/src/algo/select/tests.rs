@@ -107,22 +107,34 @@ fn oversubscribed_rooted_operations_count_the_busiest_ranks_waits() {
     assert_eq!(choose(&m, &call(OpKind::Broadcast, 8), &roomy, None), Ok(Algo::Tree));
 }
 
-/// The latency factor grows with ranks per core, from 1 to `oversub` at 4 per core, and no
-/// further. At 2 per core (4 ranks on 2 cores) the overlap of back-to-back rooted calls is
-/// partial, and the binomial tree's reduce keeps ahead of the chain (measured from 8 B to
-/// 2 MiB), while at 4 per core the chain wins small reduces.
+/// The latency factor grows with ranks per core, from 1 to `oversub` at 4 per core (half-way
+/// at 2 per core), and no further.
 #[test]
-fn crowding_scales_the_oversubscribed_terms() {
+fn crowding_scales_the_latency_factor() {
     let m = Model::default();
     let at = |load: f64, size: usize| Topo { load, ..Topo::single(size, true) };
     assert_eq!(m.latency_factor(&at(1.0, 2)), 1.0);
-    assert_eq!(m.latency_factor(&at(2.0, 4)), 1.0 + (m.oversub - 1.0) / 3.0);
+    assert_eq!(m.latency_factor(&at(0.5, 1)), 1.0);
+    assert_eq!(m.latency_factor(&at(2.0, 4)), 1.0 + (m.oversub - 1.0) / 2.0);
     assert_eq!(m.latency_factor(&at(4.0, 8)), m.oversub);
     assert_eq!(m.latency_factor(&at(8.0, 16)), m.oversub);
-    for bytes in [8, 8 << 10, 512 << 10] {
-        assert_eq!(choose(&m, &call(OpKind::Reduce, bytes), &at(2.0, 4), None), Ok(Algo::Tree), "{bytes} B");
-    }
-    assert_eq!(choose(&m, &call(OpKind::Reduce, 8), &at(4.0, 8), None), Ok(Algo::Chain));
+}
+
+/// Oversubscribed, a reduce's small messages go down the chain (its ranks each wait once) and
+/// mid-sized ones down the binomial tree (the chain's fill of n - 1 hops costs more than the
+/// tree's log2 N levels), and the pipelined chain takes the large ones again.
+#[test]
+fn oversubscribed_reduce_is_chain_tree_chain_by_size() {
+    let m = Model::default();
+    let eight = Topo { load: 4.0, ..Topo::single(8, true) };
+    let four = Topo { load: 2.0, ..Topo::single(4, true) };
+    let pick = |topo: &Topo, bytes: usize| choose(&m, &call(OpKind::Reduce, bytes), topo, None).unwrap();
+    assert_eq!(pick(&eight, 8), Algo::Chain);
+    assert_eq!(pick(&eight, 128 << 10), Algo::Tree);
+    assert_eq!(pick(&eight, 32 << 20), Algo::Chain);
+    assert_eq!(pick(&four, 8), Algo::Chain);
+    assert_eq!(pick(&four, 128 << 10), Algo::Tree);
+    assert_eq!(pick(&four, 32 << 20), Algo::Chain);
 }
 
 /// On one host, recursive doubling and halving beat the ring while the working set stays in
