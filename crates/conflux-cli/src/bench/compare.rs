@@ -143,21 +143,6 @@ fn sign_test_rank(m: usize) -> usize {
     k
 }
 
-#[cfg(test)]
-mod tests {
-    use super::sign_test_rank;
-
-    #[test]
-    fn sign_test_ranks_match_the_binomial_tables() {
-        // Published 95% intervals for the median: m = 6 (1, 6), 15 (4, 12), 20 (6, 15), 25 (8, 18).
-        assert_eq!(sign_test_rank(5), 0);
-        assert_eq!(sign_test_rank(6), 1);
-        assert_eq!(sign_test_rank(15), 4);
-        assert_eq!(sign_test_rank(20), 6);
-        assert_eq!(sign_test_rank(25), 8);
-    }
-}
-
 /// One line per row; `round_us` lists the microseconds per call of each round, space-separated.
 pub fn csv(rows: &[Row]) -> String {
     let mut out =
@@ -206,4 +191,19 @@ pub fn svg(rows: &[Row], title: &str, subtitle: &str) -> String {
         series[s].points.push(Point { bytes: r.bytes as f64, time_us: r.us, busbw_gbps: r.busbw });
     }
     plot::svg(title, subtitle, &panels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sign_test_rank;
+
+    #[test]
+    fn sign_test_ranks_match_the_binomial_tables() {
+        // Published 95% intervals for the median: m = 6 (1, 6), 15 (4, 12), 20 (6, 15), 25 (8, 18).
+        assert_eq!(sign_test_rank(5), 0);
+        assert_eq!(sign_test_rank(6), 1);
+        assert_eq!(sign_test_rank(15), 4);
+        assert_eq!(sign_test_rank(20), 6);
+        assert_eq!(sign_test_rank(25), 8);
+    }
 }
