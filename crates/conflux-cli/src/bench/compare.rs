@@ -116,10 +116,6 @@ struct Ratio {
 /// ratios, k the largest with P(Binomial(m, 1/2) < k) <= 2.5%; fewer than 6 rounds: min-max).
 fn paired(a: &Row, b: &Row) -> Ratio {
     let mut ratios: Vec<f64> = a.samples.iter().zip(&b.samples).map(|(x, y)| x / y).collect();
-    if ratios.is_empty() {
-        let r = a.us / b.us;
-        return Ratio { median: r, lo: r, hi: r };
-    }
     ratios.sort_by(f64::total_cmp);
     let m = ratios.len();
     let k = sign_test_rank(m);

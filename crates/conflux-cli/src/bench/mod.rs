@@ -134,7 +134,7 @@ pub(crate) struct Row {
     algbw: f64,
     busbw: f64,
     wrong: u64,
-    /// Microseconds per call in each round, in round order (`us` is their median).
+    /// Microseconds per call in each round (at least one), in round order (`us` is their median).
     samples: Vec<f64>,
 }
 
