@@ -197,3 +197,15 @@ fn trailing_partial_elements_are_left_alone() {
     super::reduce_into(DataType::I32, ReduceOp::Sum, &mut dst, &src);
     assert_eq!(dst, [3, 0, 0, 0, 7]);
 }
+
+#[test]
+fn bf16_rounding_is_halfs_bit_for_bit() {
+    // Every high half, with the low halves where rounding turns: below, at and above the tie,
+    // and the extremes; the high halves include ±0, subnormals, ±inf, and NaNs of both signs.
+    for hi in 0..=u16::MAX as u32 {
+        for lo in [0, 1, 0x7fff, 0x8000, 0x8001, 0xffff] {
+            let x = f32::from_bits(hi << 16 | lo);
+            assert_eq!(kernel::bf16_narrow(x), bf16::from_f32(x).to_bits(), "{:#010x}", x.to_bits());
+        }
+    }
+}
