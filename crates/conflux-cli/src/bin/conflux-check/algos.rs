@@ -29,6 +29,9 @@ pub(crate) fn scenario_algos(comm: Communicator, quick: bool, must: &[Algo]) -> 
                 c.movement::<u8>(count);
             }
         }
+        if algo == Algo::Direct && must.contains(&Algo::Direct) {
+            many_small(&mut c);
+        }
         if algo == Algo::Hier && must.contains(&Algo::Hier) {
             // More than one of hier's pipelined segments (4 MiB each), with an odd count.
             c.collectives::<f32>(ReduceOp::Sum, 2_100_001);
@@ -62,4 +65,25 @@ pub(crate) fn scenario_algos(comm: Communicator, quick: bool, must: &[Algo]) -> 
         other => total.failed.push(format!("broadcast forced to rd gave {other:?}")),
     }
     total
+}
+
+/// Back-to-back small all_reduces of changing lengths, each checked: the direct algorithm
+/// places small chunks at a rotating position in its slots (algo/direct.rs, Placement), and
+/// 300 calls go round the slots more than once at every length.
+fn many_small(c: &mut Checker) {
+    let (n, rank) = (c.comm.size(), c.comm.rank());
+    for call in 0..300 {
+        let count = [600, 1000, 2600, 4001][call % 4];
+        let mut x: Vec<f32> = (0..count).map(|i| ((rank * 7 + i + call) % 64) as f32).collect();
+        if !c.ok("direct, many small calls", c.comm.all_reduce(&mut x, ReduceOp::Sum)) {
+            return;
+        }
+        let want = |i: usize| (0..n).map(|r| ((r * 7 + i + call) % 64) as f64).sum();
+        if let Some((i, got, want)) = conflux_cli::verify::first_wrong(&x, want) {
+            let what = format!("direct, small call {call} of {count} elements");
+            c.failed.push(format!("{what}: element {i} is {got}, expected {want}"));
+            return;
+        }
+    }
+    c.passed += 1;
 }
