@@ -1,8 +1,9 @@
-//! Reduction kernels: AVX2 when the CPU has it (detected at run time), portable code otherwise.
+//! Reduction kernels: AVX2 and F16C when the CPU has them (detected at run time), portable code
+//! otherwise.
 //!
 //! Both paths are the same generic code (`kernel.rs`), compiled twice: once as ordinary code
-//! and once inside a function with AVX2 enabled, where the compiler vectorizes the block loops
-//! with 256-bit registers. Buffers are plain bytes at any alignment (shared-memory slots and
+//! and once inside a function with AVX2 and F16C enabled, where the compiler vectorizes the
+//! loops with 256-bit registers and f16 converts eight elements an instruction. Buffers are plain bytes at any alignment (shared-memory slots and
 //! wire chunks have no alignment promise). f32, f64 and integers are read and written in place
 //! with unaligned loads; f16 and bf16 are widened block by block into f32 stack arrays, which
 //! stay in L1, and rounded once at the end. `cargo bench -p conflux --bench reduce` measures
@@ -58,7 +59,7 @@ fn has_avx2() -> bool {
     *DETECTED.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            std::arch::is_x86_feature_detected!("avx2")
+            std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -70,8 +71,8 @@ fn has_avx2() -> bool {
 fn run(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // SAFETY: the CPU supports AVX2 (checked at run time just above); that is the only
-        // requirement of a `target_feature(enable = "avx2")` function.
+        // SAFETY: the CPU supports AVX2 and F16C (checked at run time just above); that is the
+        // only requirement of a `target_feature(enable = "avx2,f16c")` function.
         unsafe { kernel::fold_avx2(dtype, op, dst, with_dst, srcs) };
         return;
     }

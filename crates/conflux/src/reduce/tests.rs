@@ -125,9 +125,9 @@ fn check_all_paths(dtype: DataType, op: ReduceOp, srcs: &[Vec<u8>], shift: usize
     type Fold = fn(DataType, ReduceOp, &mut [u8], bool, &[&[u8]]);
     let mut paths: Vec<(&str, Fold)> = vec![("portable", kernel::fold_portable)];
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
         fn avx2(d: DataType, o: ReduceOp, dst: &mut [u8], w: bool, s: &[&[u8]]) {
-            // SAFETY: only registered after the run-time check above found AVX2.
+            // SAFETY: only registered after the run-time check above found AVX2 and F16C.
             unsafe { kernel::fold_avx2(d, o, dst, w, s) }
         }
         paths.push(("avx2", avx2));
@@ -198,14 +198,44 @@ fn trailing_partial_elements_are_left_alone() {
     assert_eq!(dst, [3, 0, 0, 0, 7]);
 }
 
-#[test]
-fn bf16_rounding_is_halfs_bit_for_bit() {
-    // Every high half, with the low halves where rounding turns: below, at and above the tie,
-    // and the extremes; the high halves include ±0, subnormals, ±inf, and NaNs of both signs.
-    for hi in 0..=u16::MAX as u32 {
-        for lo in [0, 1, 0x7fff, 0x8000, 0x8001, 0xffff] {
-            let x = f32::from_bits(hi << 16 | lo);
-            assert_eq!(kernel::bf16_narrow(x), bf16::from_f32(x).to_bits(), "{:#010x}", x.to_bits());
-        }
+/// f32 bit patterns where rounding to a half type turns: every high half (±0, subnormals,
+/// normals, ±inf, NaNs of both signs) with low halves below, at and above the bf16 tie, and
+/// the f16 ties and their neighbours (13 dropped bits), and the extremes.
+fn rounding_cases() -> impl Iterator<Item = f32> {
+    (0..=u16::MAX as u32).flat_map(|hi| {
+        [0, 1, 0x0fff, 0x1000, 0x1001, 0x2fff, 0x3000, 0x7fff, 0x8000, 0x8001, 0xefff, 0xf000, 0xffff]
+            .map(|lo| f32::from_bits(hi << 16 | lo))
+    })
+}
+
+/// Checks one path's conversions against `half`'s scalar ones, bit for bit, over every f16/bf16
+/// bit pattern and the f32 rounding cases.
+fn check_conversions(f16c: bool, narrow_ref: impl Fn(f32) -> u16, widen_ref: impl Fn(u16) -> f32) {
+    // Odd lengths, so that the tails after the vector loops run too.
+    let xs: Vec<f32> = rounding_cases().chain([1.5]).collect();
+    let hs: Vec<u16> = (0..=u16::MAX).chain([0x3c00]).collect();
+    // SAFETY: callers pass f16c only after detecting F16C.
+    let (narrow, wide) = unsafe { kernel::half_conversions(f16c, &xs, &hs) };
+    for (x, got) in xs.iter().zip(narrow) {
+        assert_eq!(got, narrow_ref(*x), "narrowing {:#010x}", x.to_bits());
     }
+    for (h, got) in hs.iter().zip(wide) {
+        // bf16 widening may leave a signaling NaN signaling (narrowing quiets it).
+        let quiet = |v: f32| if v.is_nan() { v.to_bits() | 0x0040_0000 } else { v.to_bits() };
+        assert_eq!(quiet(got), quiet(widen_ref(*h)), "widening {h:#06x}");
+    }
+}
+
+#[test]
+fn bf16_conversions_are_halfs_bit_for_bit() {
+    check_conversions(false, |x| bf16::from_f32(x).to_bits(), |h| bf16::from_bits(h).to_f32());
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn f16c_conversions_are_halfs_bit_for_bit() {
+    if !std::arch::is_x86_feature_detected!("f16c") {
+        return;
+    }
+    check_conversions(true, |x| f16::from_f32(x).to_bits(), |h| f16::from_bits(h).to_f32());
 }
