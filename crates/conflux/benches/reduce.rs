@@ -2,7 +2,7 @@
 //! memory speed a reduction of N sources is. `cargo bench -p conflux --bench reduce`.
 
 use conflux::reduce::{reduce_into, reduce_many};
-use conflux::{DataType, ReduceOp};
+use conflux::{half, DataType, ReduceOp};
 use divan::counter::BytesCount;
 use divan::Bencher;
 
@@ -13,27 +13,49 @@ fn main() {
 /// Sizes in bytes: one L1-resident message, one in L2, one that spills to memory.
 const SIZES: [usize; 3] = [8 << 10, 256 << 10, 16 << 20];
 
-fn buffers(len: usize, count: usize) -> Vec<Vec<u8>> {
-    // Offsets of one byte from the allocation keep the kernels honest about alignment.
-    (0..count).map(|k| (0..len + 1).map(|i| (i * 7 + k * 13) as u8 & 0x3f).collect()).collect()
+/// `count` buffers of `len` bytes (plus one, so that each can start unaligned), holding ordinary
+/// values of `dtype`: no subnormals or infinities, whose arithmetic is slower.
+fn buffers(dtype: DataType, len: usize, count: usize) -> Vec<Vec<u8>> {
+    let value = |i: usize, k: usize| ((i * 7 + k * 13) % 64) as f64 / 8.0 - 4.0;
+    let encode = |v: f64| -> Vec<u8> {
+        match dtype {
+            DataType::F32 => (v as f32).to_ne_bytes().to_vec(),
+            DataType::F64 => v.to_ne_bytes().to_vec(),
+            DataType::F16 => half::f16::from_f64(v).to_ne_bytes().to_vec(),
+            DataType::BF16 => half::bf16::from_f64(v).to_ne_bytes().to_vec(),
+            DataType::I32 => ((v * 8.0) as i32).to_ne_bytes().to_vec(),
+            other => unimplemented!("the benchmark has no values of {other}"),
+        }
+    };
+    let es = dtype.size();
+    (0..count)
+        .map(|k| {
+            let mut b = vec![0u8];
+            b.extend((0..len / es).flat_map(|i| encode(value(i, k))));
+            b
+        })
+        .collect()
 }
 
 #[divan::bench(args = SIZES)]
 fn copy(b: Bencher, len: usize) {
-    let (src, mut dst) = (buffers(len, 1).remove(0), vec![0u8; len]);
+    let (src, mut dst) = (vec![7u8; len + 1], vec![0u8; len]);
     b.counter(BytesCount::new(len)).bench_local(|| dst.copy_from_slice(divan::black_box(&src[1..])));
 }
 
+/// `dst = dst + src`, with `dst` restored before every call so that sums stay ordinary values.
 #[divan::bench(args = SIZES, types = [F32, F64, I32, F16, Bf16])]
 fn into<D: Dtype>(b: Bencher, len: usize) {
-    let (src, mut dst) = (buffers(len, 1).remove(0), buffers(len, 1).remove(0));
+    let mut bufs = buffers(D::DTYPE, len, 2);
+    let (dst, src) = (bufs.remove(0), bufs.remove(0));
     b.counter(BytesCount::new(len))
-        .bench_local(|| reduce_into(D::DTYPE, ReduceOp::Sum, &mut dst[1..], divan::black_box(&src[1..])));
+        .with_inputs(|| dst.clone())
+        .bench_local_refs(|dst| reduce_into(D::DTYPE, ReduceOp::Sum, &mut dst[1..], divan::black_box(&src[1..])));
 }
 
 #[divan::bench(args = SIZES, types = [F32, F16, Bf16])]
 fn many_of_4<D: Dtype>(b: Bencher, len: usize) {
-    let srcs = buffers(len, 4);
+    let srcs = buffers(D::DTYPE, len, 4);
     let srcs: Vec<&[u8]> = srcs.iter().map(|s| &s[1..]).collect();
     let mut dst = vec![0u8; len];
     b.counter(BytesCount::new(len))

@@ -1,13 +1,13 @@
-//! Reduction kernels: AVX2 and F16C when the CPU has them (detected at run time), portable code
-//! otherwise.
+//! Reduction kernels: AVX2 and F16C when the CPU has both (detected at run time), portable
+//! code otherwise (also for every dtype on a CPU or VM that shows AVX2 but hides F16C).
 //!
 //! Both paths are the same generic code (`kernel.rs`), compiled twice: once as ordinary code
 //! and once inside a function with AVX2 and F16C enabled, where the compiler vectorizes the
-//! loops with 256-bit registers and f16 converts eight elements an instruction. Buffers are plain bytes at any alignment (shared-memory slots and
-//! wire chunks have no alignment promise). f32, f64 and integers are read and written in place
-//! with unaligned loads; f16 and bf16 are widened block by block into f32 stack arrays, which
-//! stay in L1, and rounded once at the end. `cargo bench -p conflux --bench reduce` measures
-//! them against a plain copy.
+//! loops with 256-bit registers and f16 converts eight elements an instruction. Buffers are
+//! plain bytes at any alignment (shared-memory slots and wire chunks have no alignment
+//! promise). f32, f64 and integers are read and written in place with unaligned loads; f16
+//! and bf16 are widened block by block into f32 stack arrays, which stay in L1, and rounded
+//! once at the end. `cargo bench -p conflux --bench reduce` measures them against a copy.
 //!
 //! Results are identical on both paths: the order of operations per element is fixed (sources
 //! in the order given) and neither path contracts multiply-adds.
@@ -45,16 +45,16 @@ pub fn divide(dtype: DataType, dst: &mut [u8], n: usize) {
     }
 }
 
-/// Which kernel this process uses: "avx2" or "portable".
+/// Which kernel this process uses: "avx2" (with F16C) or "portable".
 pub fn kernel_name() -> &'static str {
-    if has_avx2() {
+    if has_avx2_f16c() {
         "avx2"
     } else {
         "portable"
     }
 }
 
-fn has_avx2() -> bool {
+fn has_avx2_f16c() -> bool {
     static DETECTED: OnceLock<bool> = OnceLock::new();
     *DETECTED.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
@@ -70,7 +70,7 @@ fn has_avx2() -> bool {
 
 fn run(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
+    if has_avx2_f16c() {
         // SAFETY: the CPU supports AVX2 and F16C (checked at run time just above); that is the
         // only requirement of a `target_feature(enable = "avx2,f16c")` function.
         unsafe { kernel::fold_avx2(dtype, op, dst, with_dst, srcs) };
