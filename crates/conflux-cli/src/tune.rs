@@ -23,9 +23,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use conflux::algo::select::{LinkCost, Model, Topo};
+use conflux::algo::select::{predict, Call, LinkCost, Model, Topo};
 use conflux::measure::{median_us, round_trip_us};
-use conflux::{Algo, Communicator, Config, DataType, ReduceOp, TransportKind};
+use conflux::{Algo, Communicator, Config, DataType, OpKind, ReduceOp, TransportKind};
 
 use crate::launch::{launch, self_job};
 
@@ -262,11 +262,12 @@ fn fit_oversub(ring_us: f64, topo: &Topo, shm_alpha_us: f64) -> f64 {
     (1.0 + (f - 1.0) / crowding).clamp(1.0, 50.0)
 }
 
-/// Solves the model's small direct all_reduce, `sync·f + b·cp + n·b·g` with f the model's
-/// `sync_factor`, for sync.
+/// Solves the model's small direct all_reduce, `sync·f` plus its copy and reduce terms (f the
+/// model's `sync_factor`), for sync: the terms are `predict`'s with sync set to 0.
 fn fit_sync(measured_us: f64, bytes: usize, m: &Model, topo: &Topo) -> f64 {
-    let (b, n) = (bytes as f64 * 1e-3, topo.size as f64);
-    ((measured_us - b / m.copy_gbps - n * b / m.reduce_gbps) / m.sync_factor(topo)).max(1e-3)
+    let call = Call { op: OpKind::AllReduce, bytes, even: true, pieces: false };
+    let terms = predict(&Model { sync_us: 0.0, ..*m }, Algo::Direct, &call, topo).unwrap_or(0.0);
+    ((measured_us - terms) / m.sync_factor(topo)).max(1e-3)
 }
 
 /// "YYYY-MM-DD HH:MM:SS UTC" of a Unix time (Howard Hinnant's days-to-civil).
@@ -285,8 +286,6 @@ fn utc(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use conflux::algo::select::{predict, Call};
-    use conflux::OpKind;
 
     #[test]
     fn link_fit_inverts_the_step_cost() {

@@ -200,7 +200,7 @@ mod tests {
         for len in (ROTATE_FROM..=slot).step_by(4093).chain([ROTATE_FROM, slot - 1, slot]) {
             for gen in 0..600u64 {
                 let at = placement(gen, len, slot, true);
-                assert!(at % 64 == 0 && at + len <= slot, "len {len} gen {gen}: at {at}");
+                assert!(at.is_multiple_of(64) && at + len <= slot, "len {len} gen {gen}: at {at}");
                 // The same parity's next chunk goes elsewhere whenever two positions fit.
                 if slot / len.div_ceil(64) / 64 >= 2 {
                     assert_ne!(at, placement(gen + 2, len, slot, true), "len {len} gen {gen}");

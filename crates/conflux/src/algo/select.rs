@@ -17,6 +17,8 @@
 //!   exception: no rank waits for the ones after it, so back-to-back calls pipeline and a call
 //!   costs its busiest rank's waits at that factor, while the other steps of its path cost
 //!   plain α (`rooted`).
+//! - In the symmetric collectives (all but broadcast and reduce) every rank does the same
+//!   copying and reducing, so on such a host byte terms are multiplied by ranks per core too.
 //! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 4 MiB) move
 //!   2.5× faster than `shm.gbps`, the streaming rate.
 //! - Log-step schedules across nodes pay shared memory for the steps inside a node; hier's
@@ -85,7 +87,7 @@ pub struct Model {
     pub tcp: LinkCost,
     /// One all-ranks sync through the shared segment.
     pub sync_us: f64,
-    /// Reduction throughput of one core (γ = 1 / this), per byte of output.
+    /// Reduction throughput of one core: `dst op= src` over b bytes costs b·γ, γ = 1 / this.
     pub reduce_gbps: f64,
     /// memcpy throughput of one core.
     pub copy_gbps: f64,
@@ -100,10 +102,9 @@ impl Default for Model {
             tcp: LinkCost { alpha_us: 40.0, gbps: 1.5 },
             sync_us: 0.6,
             // Fitted, like the other defaults, to bench --algo all runs at 2, 4 and 8 ranks
-            // (replaying the model over their CSVs): 8 with the staging block kernel, 16 since
-            // f32 reduces in place (reduce/kernel.rs). At 8 the 32 KiB all_reduce at 4 and 8
-            // ranks went to rabenseifner at 0.75-0.85 of direct. `conflux tune` measures a
-            // streaming 32 MiB sum instead: 12 GB/s on this machine.
+            // (replaying the model over their CSVs), for f32: the model has no dtype, and bf16
+            // and f16 reduce about 2x slower. `conflux tune` measures a streaming 32 MiB sum
+            // instead: 12 GB/s on this machine.
             reduce_gbps: 16.0,
             copy_gbps: 12.0,
             oversub: 4.0,
@@ -239,11 +240,17 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // The bound is one core's L2 here (4 MiB): above it, a 2-rank ring at 8 MiB was chosen
     // over direct at 0.84 of its busbw (bench --algo all --report-auto).
     let cached = !(across || topo.local_tcp) && call.bytes.saturating_mul(topo.size) <= 4 << 20;
-    let beta = 1.0 / flat.gbps / if cached { 2.5 } else { 1.0 };
+    // In a symmetric collective every rank does the same copies and reductions, so ranks that
+    // share a core take turns at them: byte terms scale with ranks per core. (Measured, 8 ranks
+    // on 2 cores, 8-128 KiB all_reduce: rd and rabenseifner took 1.4-2.9x the time predicted
+    // without it, direct as predicted with it.) A rooted operation's ranks have unequal work
+    // and idle ones give way to busy ones, which `rooted` models instead.
+    let work = if matches!(call.op, OpKind::Broadcast | OpKind::Reduce) { 1.0 } else { topo.load.max(1.0) };
+    let beta = work / flat.gbps / if cached { 2.5 } else { 1.0 };
     // Algorithms other than the ring have all ranks of a node crossing nodes at once.
     let shared = if across { topo.per_node() as f64 } else { 1.0 };
-    let g = 1.0 / m.reduce_gbps;
-    let cp = 1.0 / m.copy_gbps;
+    let g = work / m.reduce_gbps;
+    let cp = work / m.copy_gbps;
     let logn = log2_ceil(topo.size);
     let p = (1usize << (usize::BITS - 1 - topo.size.max(1).leading_zeros())) as f64;
     let folded = if p < n { 1.0 } else { 0.0 };
@@ -253,7 +260,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // memory's α and β, the others TCP's, shared by the node's ranks.
     let split = across && folded == 0.0 && topo.uniform().is_some_and(|l| l.is_power_of_two());
     let intra = if split { (topo.per_node() as f64).log2() } else { 0.0 };
-    let (sa, sb) = (m.shm.alpha_us * ovs, 1.0 / m.shm.gbps);
+    let (sa, sb) = (m.shm.alpha_us * ovs, work / m.shm.gbps);
     let nodes = topo.nodes.len() as f64;
     // A rooted operation's α: `waits` steps that its busiest rank blocks on, of `steps` on
     // its path. Oversubscribed, the rest overlap with the next call's, at plain α (measured,
@@ -302,7 +309,9 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         (AllReduce, Direct) => {
             let sync = m.sync_us * m.sync_factor(topo);
             if call.bytes as f64 / n <= (16 << 10) as f64 {
-                sync + b * cp + n * b * g
+                // Every rank reduces all N slots: N streams in, one out, memory-bound, so
+                // (N + 1) / 3 of a pairwise reduction (two in, one out), which γ is.
+                sync + b * cp + (n + 1.0) / 3.0 * b * g
             } else {
                 let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil();
                 2.0 * chunks * sync + b * cp + b * g
