@@ -152,3 +152,27 @@ fn recursive_doubling_yields_to_the_ring_when_the_working_set_spills() {
         assert_eq!(choose(&m, &call(op, 512 << 10), &eight, None), Ok(Algo::Ring), "{op}");
     }
 }
+
+/// Oversubscribed, a symmetric collective's bytes cost ranks-per-core times more (every rank
+/// does the same work, in turns), a rooted operation's do not; and the direct all_reduce's
+/// small path is priced as one memory-bound pass over its N slots.
+#[test]
+fn oversubscribed_symmetric_bytes_scale_with_ranks_per_core() {
+    let m = Model::default();
+    let eight = Topo { load: 4.0, ..Topo::single(8, true) };
+    let alone = Topo { load: 1.0, ..eight.clone() };
+    // With α = 0 only the byte terms are left.
+    let no_alpha = Model { shm: LinkCost { alpha_us: 0.0, ..m.shm }, ..m };
+    let bytes_of = |op: OpKind, algo: Algo, topo: &Topo| predict(&no_alpha, algo, &call(op, 1 << 20), topo).unwrap();
+    let ring = |topo: &Topo| bytes_of(OpKind::AllGather, Algo::Ring, topo);
+    assert!((ring(&eight) / ring(&alone) - 4.0).abs() < 1e-9);
+    let chain = |topo: &Topo| bytes_of(OpKind::Broadcast, Algo::Chain, topo);
+    assert!((chain(&eight) - chain(&alone)).abs() < 1e-9);
+    // Measured on 2 cores: direct beats rabenseifner up to 32 KiB at 8 ranks and loses from
+    // 128 KiB, where each rank's share of the N-slot pass reaches 16 KiB; at 2 ranks direct
+    // takes 32 KiB from the ring.
+    let pick = |topo: &Topo, bytes: usize| choose(&m, &call(OpKind::AllReduce, bytes), topo, None).unwrap();
+    assert_eq!(pick(&eight, 32 << 10), Algo::Direct);
+    assert_eq!(pick(&eight, 128 << 10), Algo::Rabenseifner);
+    assert_eq!(pick(&Topo::single(2, true), 32 << 10), Algo::Direct);
+}
