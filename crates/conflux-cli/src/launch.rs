@@ -10,6 +10,15 @@
 //! a multi-node job cannot agree on a random token by themselves, so there the user sets the
 //! same one on every node; unset, the job runs unauthenticated, as torchrun's does, after a
 //! warning (refusing would break every multi-node script written for torchrun).
+//!
+//! Binding (`CONFLUX_BIND=core`, `binding`): each rank bound to one core, consecutive local
+//! ranks sharing one when there are more ranks than cores (0-1 on the first of 2 cores, 2-3 on
+//! the second). Off by default, as torchrun leaves placement to the kernel: on this project's
+//! 2-core machine it helped at 2 ranks per core and hurt at 4. At 4 ranks, `bench all --algo
+//! all` was >15% faster in 23-24 of 73 operation x size cells and >15% slower in 5; broadcast
+//! of 512 KiB by tree took 82-86 us bound against 114-123 unbound, and run-to-run flips of the
+//! fastest algorithm (tree or chain) stopped. At 8 ranks 14-23 cells were >15% slower and 1-5
+//! faster: four ranks held to one core cannot spill onto the other when it idles.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -110,10 +119,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<(), LaunchError> {
             None
         }
     };
+    let bind = conflux::config::bind_from_env().map_err(|e| LaunchError::Invalid(e.to_string()))?;
+    let cpus = allowed_cpus();
     let mut ranks: Vec<Rank> = Vec::with_capacity(spec.nproc_per_node);
     for local in 0..spec.nproc_per_node {
         let rank = spec.node_rank * spec.nproc_per_node + local;
-        match spawn(spec, rank, local, world, port, &run_id, token.as_ref()) {
+        let cpu = binding(bind, local, spec.nproc_per_node, &cpus);
+        match spawn(spec, rank, local, world, port, &run_id, token.as_ref(), cpu) {
             Ok(r) => ranks.push(r),
             Err(e) => {
                 stop(&mut ranks);
@@ -138,6 +150,24 @@ struct Rank {
     relays: Vec<JoinHandle<()>>,
 }
 
+/// The CPUs this launcher may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The CPU local rank `local` of `ranks` is bound to, if any (see the module's doc): ranks
+/// spread in blocks over `cpus`, so consecutive ranks share a core when there are more ranks.
+fn binding(bind: conflux::config::Bind, local: usize, ranks: usize, cpus: &[usize]) -> Option<usize> {
+    match bind {
+        conflux::config::Bind::Off => None,
+        conflux::config::Bind::Core => cpus.get(local * cpus.len() / ranks.max(1)).copied(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn spawn(
     spec: &LaunchSpec,
     rank: usize,
@@ -146,6 +176,7 @@ fn spawn(
     port: u16,
     run_id: &str,
     token: Option<&conflux::auth::Token>,
+    cpu: Option<usize>,
 ) -> Result<Rank, LaunchError> {
     let is_python = spec.program.extension().is_some_and(|e| e == "py");
     let mut cmd = if is_python {
@@ -181,7 +212,7 @@ fn spawn(
     if spec.prefix_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
-    die_with_parent(&mut cmd);
+    in_the_child(&mut cmd, cpu);
     let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
         rank,
         program: spec.program.display().to_string(),
@@ -199,15 +230,25 @@ fn spawn(
     Ok(Rank { rank, local, child, status: None, relays })
 }
 
+/// What the child does before it execs: die with the launcher, and bind to `cpu` if given.
 #[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
+fn in_the_child(cmd: &mut Command, cpu: Option<usize>) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec; it only makes one prctl
-    // system call (async-signal-safe, no allocation, no locks), as pre_exec requires.
+    let set = cpu.map(|c| {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(c);
+        set
+    });
+    // SAFETY: the closure runs in the forked child before exec; it makes only the prctl and
+    // sched_setaffinity system calls, on a CPU set built before the fork (async-signal-safe,
+    // no allocation, no locks), as pre_exec requires.
     unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
-                .map_err(std::io::Error::from)
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))?;
+            if let Some(set) = &set {
+                rustix::thread::sched_setaffinity(None, set)?;
+            }
+            Ok(())
         });
     }
 }

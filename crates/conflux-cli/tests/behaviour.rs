@@ -322,3 +322,31 @@ fn find_rank_process(parent: u32, rank: usize, limit: Duration) -> u32 {
     }
     panic!("no rank {rank} process under {parent}");
 }
+
+/// `CONFLUX_BIND=core`: every rank on one CPU, consecutive ranks in blocks, and collectives
+/// still right (the ranks then judge their node's cores from all their CPUs together).
+#[test]
+fn bound_ranks_sit_on_one_core_each_in_blocks_and_still_agree() {
+    let mut cmd = std::process::Command::new(CONFLUX);
+    cmd.args(["run", "-n", "4", "--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"]);
+    let child = cmd.env("CONFLUX_BIND", "core").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let (out, _) = wait_output(child, LIMIT);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut cpus: Vec<(usize, usize)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            // "[RANK]: Cpus_allowed_list:\tCPU": one CPU, no range or list.
+            let rank = l[1..l.find(']').unwrap()].parse().unwrap();
+            let cpu = l.rsplit('\t').next().unwrap().trim().parse().unwrap_or_else(|_| panic!("not one CPU: {l}"));
+            (rank, cpu)
+        })
+        .collect();
+    cpus.sort();
+    assert_eq!(cpus.len(), 4, "{}", text(&out));
+    assert!(cpus.windows(2).all(|w| w[0].1 <= w[1].1), "not in blocks: {cpus:?}");
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        assert_ne!(cpus[0].1, cpus[3].1, "all on one CPU: {cpus:?}");
+    }
+    let out = run_job(4, &["quick"], &[("CONFLUX_BIND", "core"), ("CONFLUX_TIMEOUT_S", "60")], LIMIT);
+    assert_all_passed(&out, 4);
+}

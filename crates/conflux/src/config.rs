@@ -213,6 +213,24 @@ pub fn job_token_from_env() -> Option<Token> {
     var("CONFLUX_JOB_TOKEN").map(Token::new)
 }
 
+/// How `conflux run` binds the ranks it starts to cores (`CONFLUX_BIND`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// Never: the kernel places the ranks, as torchrun leaves them (the default).
+    Off,
+    /// Each rank to one core, consecutive ranks sharing one when there are more ranks.
+    Core,
+}
+
+/// `CONFLUX_BIND`: `none` (or unset) or `core`.
+pub fn bind_from_env() -> Result<Bind> {
+    match var("CONFLUX_BIND").as_deref() {
+        None | Some("none") => Ok(Bind::Off),
+        Some("core") => Ok(Bind::Core),
+        Some(v) => Err(bad("CONFLUX_BIND", v)),
+    }
+}
+
 /// Reads the torchrun variable `name` as a number.
 pub(crate) fn env_usize(name: &str) -> Result<Option<usize>> {
     match var(name) {

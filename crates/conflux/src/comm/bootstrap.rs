@@ -25,13 +25,16 @@ pub(crate) struct Peer {
     pub node: String,
     pub pid: u32,
     pub addr: SocketAddr,
-    /// Cores of its host, so that every rank judges oversubscription alike.
-    pub cores: usize,
+    /// The CPUs it may run on. A node's cores are the union of its ranks' (a launcher that
+    /// binds each rank to one core leaves every rank seeing a single CPU), the same on every
+    /// rank, so that every rank judges oversubscription alike.
+    pub cpus: Vec<usize>,
 }
 
 impl Peer {
     fn encode(&self) -> Vec<u8> {
-        format!("{}\n{}\n{}\n{}", self.node, self.pid, self.addr, self.cores).into_bytes()
+        let cpus: Vec<String> = self.cpus.iter().map(|c| c.to_string()).collect();
+        format!("{}\n{}\n{}\n{}", self.node, self.pid, self.addr, cpus.join(",")).into_bytes()
     }
     fn decode(b: &[u8]) -> Option<Peer> {
         let s = std::str::from_utf8(b).ok()?;
@@ -40,13 +43,26 @@ impl Peer {
             node: it.next()?.to_string(),
             pid: it.next()?.parse().ok()?,
             addr: it.next()?.parse().ok()?,
-            cores: it.next()?.parse().ok()?,
+            cpus: it.next()?.split(',').filter(|c| !c.is_empty()).map(|c| c.parse().ok()).collect::<Option<_>>()?,
         })
     }
 }
 
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The CPUs this process may run on; when that cannot be read, as many as the OS reports.
+fn my_cpus() -> Vec<usize> {
+    use rustix::thread::{sched_getaffinity, CpuSet};
+    match sched_getaffinity(None) {
+        Ok(set) if set.count() > 0 => (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect(),
+        _ => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    }
+}
+
+/// Cores that `ranks` (of one node) may run on between them.
+fn node_cores(peers: &[Peer], ranks: &[usize]) -> usize {
+    let mut all: Vec<usize> = ranks.iter().flat_map(|&r| peers[r].cpus.iter().copied()).collect();
+    all.sort_unstable();
+    all.dedup();
+    all.len().max(1)
 }
 
 /// Where every rank is, from what each published: the same on every rank.
@@ -58,10 +74,7 @@ fn topology(peers: &[Peer], one_segment: bool, local_tcp: bool) -> Topo {
             None => nodes.push((p.node.clone(), vec![r])),
         }
     }
-    let load = nodes
-        .iter()
-        .map(|(_, ranks)| ranks.len() as f64 / ranks.iter().map(|&r| peers[r].cores).min().unwrap_or(1).max(1) as f64)
-        .fold(1.0, f64::max);
+    let load = nodes.iter().map(|(_, ranks)| ranks.len() as f64 / node_cores(peers, ranks) as f64).fold(1.0, f64::max);
     Topo { size: peers.len(), nodes: nodes.into_iter().map(|(_, r)| r).collect(), one_segment, local_tcp, load }
 }
 
@@ -133,7 +146,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
         node: node_id(cfg),
         pid: std::process::id(),
         addr: listener.local_addr().map_err(|e| Error::setup("data listener address", e))?,
-        cores: cores(),
+        cpus: my_cpus(),
     };
     tracing::debug!(rank, addr = %me.addr, authenticated = cfg.job_token.is_some(), "data listener bound");
     store.set(&format!("{prefix}/rank/{rank}"), &me.encode())?;
@@ -188,7 +201,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
         }
     }
     let monitor = store.monitor(at.world[rank], at.channel)?;
-    let oversubscribed = local_ranks.len() > cores();
+    let oversubscribed = local_ranks.len() > node_cores(&peers, &local_ranks);
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
     let mut waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
     waiter.seg_ranks = local_ranks.clone();

@@ -3,7 +3,7 @@
 use super::*;
 
 fn peer(l: &TcpListener) -> Peer {
-    Peer { node: "n".into(), pid: 0, addr: l.local_addr().unwrap(), cores: 1 }
+    Peer { node: "n".into(), pid: 0, addr: l.local_addr().unwrap(), cpus: vec![0] }
 }
 
 #[test]
@@ -42,4 +42,21 @@ fn strangers_are_refused_and_the_real_peer_still_gets_through() {
     let mut b = [0u8; 4];
     s0.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"ping", "rank 0 kept the real rank 1's connection");
+}
+
+/// Ranks bound to one CPU each still make a node of all their CPUs: 4 ranks on CPUs 0, 0, 1, 1
+/// are 2 per core, as unbound ranks that all see CPUs 0-1 are.
+#[test]
+fn a_nodes_cores_are_its_ranks_cpus_together() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let on = |cpus: Vec<usize>| Peer { cpus, ..peer(&l) };
+    let bound: Vec<Peer> = [0, 0, 1, 1].into_iter().map(|c| on(vec![c])).collect();
+    let free: Vec<Peer> = (0..4).map(|_| on(vec![0, 1])).collect();
+    for peers in [&bound, &free] {
+        assert_eq!(node_cores(peers, &[0, 1, 2, 3]), 2);
+        assert_eq!(topology(peers, true, false).load, 2.0);
+    }
+    assert_eq!(topology(&bound[..2], true, false).load, 2.0, "two ranks on CPU 0 alone");
+    let decoded = Peer::decode(&on(vec![0, 3, 17]).encode()).unwrap();
+    assert_eq!(decoded.cpus, [0, 3, 17]);
 }
