@@ -265,7 +265,7 @@ fn fit_oversub(ring_us: f64, topo: &Topo, shm_alpha_us: f64) -> f64 {
 /// Solves the model's small direct all_reduce, `sync·f` plus its copy and reduce terms (f the
 /// model's `sync_factor`), for sync: the terms are `predict`'s with sync set to 0.
 fn fit_sync(measured_us: f64, bytes: usize, m: &Model, topo: &Topo) -> f64 {
-    let call = Call { op: OpKind::AllReduce, bytes, even: true, pieces: false };
+    let call = Call { op: OpKind::AllReduce, bytes, even: true, pieces: false, half: false };
     let terms = predict(&Model { sync_us: 0.0, ..*m }, Algo::Direct, &call, topo).unwrap_or(0.0);
     ((measured_us - terms) / m.sync_factor(topo)).max(1e-3)
 }
@@ -300,7 +300,7 @@ mod tests {
             let mut m = Model { oversub: 3.0, ..Model::default() };
             let topo = Topo { load, ..Topo::single(n, true) };
             m.sync_us = fit_sync(7.5, 8, &m, &topo);
-            let call = Call { op: OpKind::AllReduce, bytes: 8, even: true, pieces: false };
+            let call = Call { op: OpKind::AllReduce, bytes: 8, even: true, pieces: false, half: false };
             let p = predict(&m, Algo::Direct, &call, &topo).unwrap();
             assert!((p - 7.5).abs() < 1e-9, "n={n}: predicted {p}");
         }

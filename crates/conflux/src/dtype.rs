@@ -59,6 +59,11 @@ impl DataType {
         matches!(self, DataType::F32 | DataType::F64 | DataType::F16 | DataType::BF16)
     }
 
+    /// f16 or bf16: stored in 16 bits, reduced in f32.
+    pub const fn is_half(self) -> bool {
+        matches!(self, DataType::F16 | DataType::BF16)
+    }
+
     /// Parses the names `name()` prints and the short Rust names (f32, bf16, i8, ...).
     pub fn parse(s: &str) -> Option<DataType> {
         let s = s.to_ascii_lowercase();

@@ -201,7 +201,7 @@ pub fn measure<T: Num>(
             Row {
                 op,
                 forced: list[k],
-                chosen: kind.and_then(|o| h.algo_for(o, bytes).ok()).filter(|_| comm.size() > 1),
+                chosen: kind.and_then(|o| h.algo_for(o, bytes, T::DTYPE).ok()).filter(|_| comm.size() > 1),
                 bytes,
                 count: case.count,
                 dtype: T::DTYPE,

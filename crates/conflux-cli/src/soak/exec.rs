@@ -257,7 +257,7 @@ fn expected_refusal(comm: &Communicator, d: &Draw, count: usize) -> Option<Strin
     // non-blocking all_to_all's way too) never does, whatever the counts, so that every rank
     // judges alike.
     let even = d.kind == Kind::AllToAll && !d.nonblocking;
-    let call = Call { op, bytes: count * d.dtype.size(), even, pieces: false };
+    let call = Call { op, bytes: count * d.dtype.size(), even, pieces: false, half: d.dtype.is_half() };
     select::serves(algo, &call, comm.topology()).err()
 }
 

@@ -186,6 +186,8 @@ pub struct Call {
     pub even: bool,
     /// all_reduce of several pieces (coalesced): only ring and direct take pieces.
     pub pieces: bool,
+    /// The elements are f16 or bf16, which reduce through f32 conversions (`HALF_REDUCE`).
+    pub half: bool,
 }
 
 /// Whether `algo` has a schedule for `op` at all.
@@ -222,6 +224,13 @@ pub fn serves(algo: Algo, call: &Call, topo: &Topo) -> Result<(), String> {
     }
 }
 
+/// How much more a byte of f16 or bf16 costs to reduce than one of f32 (`reduce_gbps`): each
+/// element is widened to f32 and rounded back. Measured with `cargo bench -p conflux --bench
+/// reduce`, reduce_into per byte: 4-6x at 256 KiB, 2-3x at 16 MiB. At 1 (f32's rate) the
+/// bf16 all_reduce of 32 KiB went to direct at 0.64 of the ring (2 ranks) and 0.66 of
+/// rabenseifner (4 ranks): direct reduces all N slots on every rank.
+const HALF_REDUCE: f64 = 4.0;
+
 fn log2_ceil(n: usize) -> f64 {
     (usize::BITS - (n.max(1) - 1).leading_zeros()) as f64
 }
@@ -249,7 +258,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let beta = work / flat.gbps / if cached { 2.5 } else { 1.0 };
     // Algorithms other than the ring have all ranks of a node crossing nodes at once.
     let shared = if across { topo.per_node() as f64 } else { 1.0 };
-    let g = work / m.reduce_gbps;
+    let g = work * if call.half { HALF_REDUCE } else { 1.0 } / m.reduce_gbps;
     let cp = work / m.copy_gbps;
     let logn = log2_ceil(topo.size);
     let p = (1usize << (usize::BITS - 1 - topo.size.max(1).leading_zeros())) as f64;

@@ -145,12 +145,12 @@ impl Communicator {
         self.algo
     }
 
-    /// The algorithm a call of `op` on `bytes` (as `select::Call` counts them) would use
-    /// through this handle, with equal blocks and one piece: the forced one if it can serve,
-    /// else the cost model's choice.
-    pub fn algo_for(&self, op: OpKind, bytes: usize) -> Result<Algo> {
+    /// The algorithm a call of `op` on `bytes` of `dtype` (as `select::Call` counts them)
+    /// would use through this handle, with equal blocks and one piece: the forced one if it
+    /// can serve, else the cost model's choice.
+    pub fn algo_for(&self, op: OpKind, bytes: usize, dtype: DataType) -> Result<Algo> {
         let plan = self.plan();
-        let call = select::Call { op, bytes, even: true, pieces: false };
+        let call = select::Call { op, bytes, even: true, pieces: false, half: dtype.is_half() };
         select::choose(&self.core.model, &call, &self.core.topo, ops::forced(&plan, op)).map_err(invalid)
     }
 

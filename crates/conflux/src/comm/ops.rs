@@ -122,21 +122,23 @@ impl fmt::Display for Describe<'_, '_> {
 
 impl Coll<'_> {
     /// What the algorithm choice looks at, for the calls that have one.
-    fn call(&self) -> Option<Call> {
-        let c = |op, bytes| Some(Call { op, bytes, even: true, pieces: false });
+    fn call(&self, dtype: DataType) -> Option<Call> {
+        let half = dtype.is_half();
+        let c = |op, bytes| Some(Call { op, bytes, even: true, pieces: false, half });
         match self {
             Coll::AllReduce { out, .. } => Some(Call {
                 op: OpKind::AllReduce,
                 bytes: out.iter().map(|p| p.len()).sum(),
                 even: true,
                 pieces: out.len() > 1,
+                half,
             }),
             Coll::Broadcast { buf, .. } => c(OpKind::Broadcast, buf.len()),
             Coll::Reduce { buf, .. } => c(OpKind::Reduce, buf.len()),
             Coll::AllGather { buf } => c(OpKind::AllGather, buf.len()),
             Coll::ReduceScatter { input, buf, .. } => c(OpKind::ReduceScatter, input.unwrap_or(buf).len()),
             Coll::AllToAll { send, even, .. } => {
-                Some(Call { op: OpKind::AllToAll, bytes: send.len(), even: *even, pieces: false })
+                Some(Call { op: OpKind::AllToAll, bytes: send.len(), even: *even, pieces: false, half })
             }
             Coll::Send { .. } | Coll::Recv { .. } | Coll::Barrier => None,
         }
@@ -194,7 +196,7 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     }
     // In deterministic mode a floating-point reduction has one schedule, whatever is forced.
     let ordered = plan.deterministic && plan.size > 1 && dtype.is_float() && coll.op().is_some();
-    let algo = match coll.call() {
+    let algo = match coll.call(dtype) {
         Some(_) if ordered => Algo::Ring,
         Some(call) => {
             pick(t, plan, &call).map_err(|why| Error::InvalidArgument(format!("{}: {why}", Describe(&coll, dtype))))?
@@ -212,7 +214,7 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         Step { tag: COLL_BIT | t.seq, ..step }
     };
     let mut coll = coll;
-    let call = coll.fingerprint(dtype, coll.call().filter(|_| !ordered).map(|_| algo), ordered);
+    let call = coll.fingerprint(dtype, coll.call(dtype).filter(|_| !ordered).map(|_| algo), ordered);
     let mark = t.calls_log.started(coll.recorded(t.seq, call, dtype), started);
     let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call, algo != Algo::Direct) };
     let r = match entered {

@@ -1,7 +1,7 @@
 use super::*;
 
 fn call(op: OpKind, bytes: usize) -> Call {
-    Call { op, bytes, even: true, pieces: false }
+    Call { op, bytes, even: true, pieces: false, half: false }
 }
 
 fn tcp_only(size: usize, per_node: usize) -> Topo {
@@ -175,4 +175,21 @@ fn oversubscribed_symmetric_bytes_scale_with_ranks_per_core() {
     assert_eq!(pick(&eight, 32 << 10), Algo::Direct);
     assert_eq!(pick(&eight, 128 << 10), Algo::Rabenseifner);
     assert_eq!(pick(&Topo::single(2, true), 32 << 10), Algo::Direct);
+}
+
+/// f16 and bf16 cost more to reduce than f32, which moves all_reduce away from direct, the
+/// algorithm that reduces most (all N slots on every rank).
+#[test]
+fn half_types_move_away_from_the_algorithm_that_reduces_most() {
+    let m = Model::default();
+    let (two, four) = (Topo::single(2, true), Topo { load: 2.0, ..Topo::single(4, true) });
+    let f32_call = call(OpKind::AllReduce, 32 << 10);
+    let bf16_call = Call { half: true, ..f32_call };
+    assert_eq!(choose(&m, &f32_call, &two, None), Ok(Algo::Direct));
+    assert_ne!(choose(&m, &bf16_call, &two, None), Ok(Algo::Direct));
+    assert_eq!(choose(&m, &f32_call, &four, None), Ok(Algo::Direct));
+    assert_ne!(choose(&m, &bf16_call, &four, None), Ok(Algo::Direct));
+    // Moving bytes costs the same whatever they hold.
+    let gather = call(OpKind::AllGather, 32 << 10);
+    assert_eq!(predict(&m, Algo::Ring, &gather, &two), predict(&m, Algo::Ring, &Call { half: true, ..gather }, &two));
 }
