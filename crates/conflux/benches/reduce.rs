@@ -23,8 +23,8 @@ fn buffers(dtype: DataType, len: usize, count: usize) -> Vec<Vec<u8>> {
             DataType::F64 => v.to_ne_bytes().to_vec(),
             DataType::F16 => half::f16::from_f64(v).to_ne_bytes().to_vec(),
             DataType::BF16 => half::bf16::from_f64(v).to_ne_bytes().to_vec(),
-            DataType::I32 => ((v * 8.0) as i32).to_ne_bytes().to_vec(),
-            other => unimplemented!("the benchmark has no values of {other}"),
+            // Integers: small values, in as many bytes as the type has.
+            int => ((v * 8.0) as i64).to_le_bytes()[..int.size()].to_vec(),
         }
     };
     let es = dtype.size();
