@@ -120,7 +120,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<(), LaunchError> {
         }
     };
     let bind = conflux::config::bind_from_env().map_err(|e| LaunchError::Invalid(e.to_string()))?;
-    let cpus = allowed_cpus();
+    let cpus = conflux::cpus::allowed();
     let mut ranks: Vec<Rank> = Vec::with_capacity(spec.nproc_per_node);
     for local in 0..spec.nproc_per_node {
         let rank = spec.node_rank * spec.nproc_per_node + local;
@@ -148,14 +148,6 @@ struct Rank {
     child: Child,
     status: Option<ExitStatus>,
     relays: Vec<JoinHandle<()>>,
-}
-
-/// The CPUs this launcher may run on, in order.
-fn allowed_cpus() -> Vec<usize> {
-    match rustix::thread::sched_getaffinity(None) {
-        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect(),
-        Err(_) => Vec::new(),
-    }
 }
 
 /// The CPU local rank `local` of `ranks` is bound to, if any (see the module's doc): ranks

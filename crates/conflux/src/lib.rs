@@ -15,6 +15,7 @@ pub use error::{Error, Result};
 pub mod algo;
 mod comm;
 pub mod config;
+pub mod cpus;
 pub use algo::{Algo, OpKind};
 pub use comm::{
     Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, KindReference, LinkHealth, LinkKind, Priority, Work,

@@ -48,15 +48,6 @@ impl Peer {
     }
 }
 
-/// The CPUs this process may run on; when that cannot be read, as many as the OS reports.
-fn my_cpus() -> Vec<usize> {
-    use rustix::thread::{sched_getaffinity, CpuSet};
-    match sched_getaffinity(None) {
-        Ok(set) if set.count() > 0 => (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect(),
-        _ => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
-    }
-}
-
 /// Cores that `ranks` (of one node) may run on between them.
 fn node_cores(peers: &[Peer], ranks: &[usize]) -> usize {
     let mut all: Vec<usize> = ranks.iter().flat_map(|&r| peers[r].cpus.iter().copied()).collect();
@@ -146,7 +137,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
         node: node_id(cfg),
         pid: std::process::id(),
         addr: listener.local_addr().map_err(|e| Error::setup("data listener address", e))?,
-        cpus: my_cpus(),
+        cpus: crate::cpus::allowed(),
     };
     tracing::debug!(rank, addr = %me.addr, authenticated = cfg.job_token.is_some(), "data listener bound");
     store.set(&format!("{prefix}/rank/{rank}"), &me.encode())?;

@@ -54,11 +54,8 @@ arith_int!(i8, u8, i16, i32, i64);
 /// How a half-precision element becomes the f32 its arithmetic runs in, and back. Types stored
 /// as they compute skip this (`fold_plain`).
 trait Storage {
-    type Acc: Arith;
-    /// Bytes per stored element (f16 and bf16 store 2 but compute in 4).
-    const STORED: usize;
-    fn widen(src: &[u8], out: &mut [Self::Acc]);
-    fn narrow(src: &[Self::Acc], out: &mut [u8]);
+    fn widen(src: &[u8], out: &mut [f32]);
+    fn narrow(src: &[f32], out: &mut [u8]);
 }
 
 /// Half-precision types, computed in f32.
@@ -67,8 +64,6 @@ struct Half<H>(std::marker::PhantomData<H>);
 /// f16 through `half`'s slice conversions: the portable path. (`half` reaches F16C through an
 /// out-of-line call per 8 elements, about 3 GB/s; the AVX2 path uses `F16c` instead.)
 impl Storage for Half<f16> {
-    type Acc = f32;
-    const STORED: usize = 2;
     #[inline(always)]
     fn widen(src: &[u8], out: &mut [f32]) {
         let mut h = [f16::ZERO; BLOCK];
@@ -92,8 +87,6 @@ struct F16c;
 
 #[cfg(target_arch = "x86_64")]
 impl Storage for F16c {
-    type Acc = f32;
-    const STORED: usize = 2;
     #[inline(always)]
     fn widen(src: &[u8], out: &mut [f32]) {
         use std::arch::x86_64::{__m128i, _mm256_cvtph_ps};
@@ -139,8 +132,6 @@ fn select(c: bool, a: u32, b: u32) -> u32 {
 /// loops have no branches and vectorize. Narrowing gives `half`'s results bit for bit (nearest,
 /// ties to even; a NaN stays a NaN, quieted), which the tests check.
 impl Storage for Half<bf16> {
-    type Acc = f32;
-    const STORED: usize = 2;
     #[inline(always)]
     fn widen(src: &[u8], out: &mut [f32]) {
         for (o, c) in out.iter_mut().zip(src.chunks_exact(2)) {
@@ -177,13 +168,13 @@ fn combine<A: Arith>(op: ReduceOp, acc: &mut [A], x: &[A]) {
     }
 }
 
-/// Folds `dst` (when `with_dst`) and `srcs` block by block into `dst`. Every source is at
+/// Folds half-type `dst` (when `with_dst`) and `srcs` block by block, in f32, into `dst`. Every source is at
 /// least as long as `dst`, and `dst` holds whole elements (the callers in mod.rs trim).
 #[inline(always)]
 fn fold<S: Storage>(op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
-    let es = S::STORED;
-    let mut acc = [S::Acc::default(); BLOCK];
-    let mut tmp = [S::Acc::default(); BLOCK];
+    let es = 2; // bytes per stored element, computed in 4
+    let mut acc = [0f32; BLOCK];
+    let mut tmp = [0f32; BLOCK];
     let n = dst.len() / es;
     let mut start = 0;
     while start < n {
@@ -268,7 +259,7 @@ fn fold_plain<T: Arith>(op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[
 
 /// `F16`: how f16 converts; only `fold_avx2` names the F16C one, so only detected CPUs run it.
 #[inline(always)]
-fn dispatch<F16: Storage<Acc = f32>>(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
+fn dispatch<F16: Storage>(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
     match dtype {
         DataType::F32 => fold_plain::<f32>(op, dst, with_dst, srcs),
         DataType::F64 => fold_plain::<f64>(op, dst, with_dst, srcs),
@@ -322,7 +313,7 @@ pub(super) fn divide(dtype: DataType, dst: &mut [u8], n: usize) {
 /// A half type's conversions on their own, for the tests: `xs` narrowed to bits and `hs`
 /// widened, on whole slices, so that vector loops and their tails both run.
 #[cfg(test)]
-fn conversions<S: Storage<Acc = f32>>(xs: &[f32], hs: &[u16]) -> (Vec<u16>, Vec<f32>) {
+fn conversions<S: Storage>(xs: &[f32], hs: &[u16]) -> (Vec<u16>, Vec<f32>) {
     let (mut narrow, mut wide) = (vec![0u8; 2 * xs.len()], vec![0f32; hs.len()]);
     for (x, n) in xs.chunks(BLOCK).zip(narrow.chunks_mut(2 * BLOCK)) {
         S::narrow(x, n);
