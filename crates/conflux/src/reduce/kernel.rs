@@ -168,8 +168,9 @@ fn combine<A: Arith>(op: ReduceOp, acc: &mut [A], x: &[A]) {
     }
 }
 
-/// Folds half-type `dst` (when `with_dst`) and `srcs` block by block, in f32, into `dst`. Every source is at
-/// least as long as `dst`, and `dst` holds whole elements (the callers in mod.rs trim).
+/// Folds half-type `dst` (when `with_dst`) and `srcs` block by block, in f32, into `dst`.
+/// Every source is at least as long as `dst`, and `dst` holds whole elements (the callers in
+/// mod.rs trim).
 #[inline(always)]
 fn fold<S: Storage>(op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
     let es = 2; // bytes per stored element, computed in 4
