@@ -102,9 +102,9 @@ impl Default for Model {
             tcp: LinkCost { alpha_us: 40.0, gbps: 1.5 },
             sync_us: 0.6,
             // Fitted, like the other defaults, to bench --algo all runs at 2, 4 and 8 ranks
-            // (replaying the model over their CSVs), for f32: the model has no dtype, and bf16
-            // and f16 reduce about 2x slower. `conflux tune` measures a streaming 32 MiB sum
-            // instead: 12 GB/s on this machine.
+            // (replaying the model over their CSVs), for f32; f16 and bf16 cost `HALF_REDUCE`
+            // times more. `conflux tune` measures a streaming 32 MiB sum instead: 12 GB/s on
+            // this machine.
             reduce_gbps: 16.0,
             copy_gbps: 12.0,
             oversub: 4.0,
