@@ -19,6 +19,8 @@
 //!   plain α (`rooted`).
 //! - In the symmetric collectives (all but broadcast and reduce) every rank does the same
 //!   copying and reducing, so on such a host byte terms are multiplied by ranks per core too.
+//! - On one host, a rooted operation's bytes are hops through shared memory, one copy each,
+//!   and it costs the longer of its path and its work over the cores (`select/rooted.rs`).
 //! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 4 MiB) move
 //!   2.5× faster than `shm.gbps`, the streaming rate.
 //! - Log-step schedules across nodes pay shared memory for the steps inside a node; hier's
@@ -297,6 +299,31 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         call.bytes.saturating_mul(topo.size) >= 4 << 20
     };
     let rd_big = if spills { 1.5 } else { 1.0 };
+    // A rooted operation's chain: chunks of up to 256 KiB, and the fill of N - 2 hops.
+    let chain_chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
+    let chain_chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
+    let chain_steps = (chain_chunks + n - 2.0).max(1.0);
+    // A rooted operation's latency `lat` and, across nodes, its `bytes` along its path. On one
+    // host its bytes are hops through shared memory (`rooted.rs`): a path after the latency,
+    // and a work bound that the waits do not add to, since a waiting rank leaves its core to
+    // the others (Brent's bound: the longer of the critical path and the work over the cores).
+    let one_host = !(across || topo.local_tcp);
+    let shape = rooted::Shape {
+        kb: b,
+        bytes: call.bytes,
+        n,
+        load: topo.load,
+        chunks: chain_chunks,
+        steps: chain_steps,
+        alpha: flat.alpha_us,
+    };
+    let rooted_cost = |lat: f64, bytes: f64| {
+        if !one_host {
+            return Some(lat + bytes);
+        }
+        let (path, work) = rooted::bytes(call.op, algo, &shape, cp, g)?;
+        Some((lat + path).max(work))
+    };
     use Algo::*;
     use OpKind::*;
     let t = match (call.op, algo) {
@@ -336,26 +363,21 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             intra.max(inter) + intra.min(inter) / segments
         }
         // Each rank waits once, for its parent; the root's sends go out one after another.
-        (Broadcast, Tree) => rooted(1.0, logn) + logn * b * beta * shared,
-        (Broadcast, Chain) => {
-            let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
-            let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
-            let steps = (chunks + n - 2.0).max(1.0);
-            rooted(chunks, steps) + steps * chunk * beta
+        (Broadcast, Tree) => rooted_cost(rooted(1.0, logn), logn * b * beta * shared)?,
+        (Broadcast, Chain) => rooted_cost(rooted(chain_chunks, chain_steps), chain_steps * chain_chunk * beta)?,
+        (Broadcast, ScatterAllGather) => {
+            rooted_cost((2.0 * n - 1.0) * a, sag_bw * 2.0 * (n - 1.0) / n * b * beta * shared)?
         }
-        (Broadcast, ScatterAllGather) => (2.0 * n - 1.0) * a + sag_bw * 2.0 * (n - 1.0) / n * b * beta * shared,
         // The root waits for each of its log2(N) children in turn.
-        (Reduce, Tree) => rooted(logn, logn) + b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp,
-        (Reduce, Chain) => {
-            let chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
-            let chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
-            let steps = (chunks + n - 2.0).max(1.0);
-            // The fill's reductions count, oversubscribed too: over three runs at 4 and 8 ranks
-            // on 2 cores the binomial tree beat the chain from 2 KiB (4 ranks: 512 B) to 2 MiB
-            // by 5-15% on average, and the chain won below and from 8 MiB.
-            rooted(chunks, steps) + steps * chunk * (beta + g) + b * cp
+        (Reduce, Tree) => {
+            rooted_cost(rooted(logn, logn), b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp)?
         }
-        (Reduce, Ring) => n * a + (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp,
+        (Reduce, Chain) => {
+            rooted_cost(rooted(chain_chunks, chain_steps), chain_steps * chain_chunk * (beta + g) + b * cp)?
+        }
+        (Reduce, Ring) => {
+            rooted_cost(n * a, (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp)?
+        }
         (AllGather, Ring) => ring(n - 1.0, (n - 1.0) / n, 0.0),
         (AllGather, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * rd_big * b * beta * shared,
         (AllGather, Bruck) => logn * a + (n - 1.0) / n * b * beta * shared + 2.0 * b * cp,
@@ -386,6 +408,8 @@ pub fn choose(m: &Model, call: &Call, topo: &Topo, forced: Option<Algo>) -> Resu
     }
     ranked(m, call, topo).first().map(|x| x.0).ok_or_else(|| format!("no algorithm serves {}", call.op))
 }
+
+mod rooted;
 
 #[cfg(test)]
 mod tests;

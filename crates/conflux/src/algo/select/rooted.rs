@@ -1,0 +1,85 @@
+//! The byte terms of a rooted operation (broadcast, reduce) on one host over shared memory.
+//!
+//! A hop of `b` bytes from one rank to another is a copy into their ring and a copy out of it,
+//! on the two ranks' cores at once: `b·cp` of wall time and twice that of core time (a reduce's
+//! hop takes `cp + γ`: the receiver reduces as it copies out). An algorithm costs the longer
+//! of two bounds:
+//!
+//! - its path: the hops one after another on its busiest rank or along its deepest branch;
+//! - its work: the core time of all its hops spread over the cores there are. With a core per
+//!   rank this is rarely the longer; on an oversubscribed host it is, and it is alike for the
+//!   tree and the chain, since every byte crosses N - 1 links whichever the schedule.
+//!
+//! Measured (`bench broadcast,reduce --algo all`, 2 cores; 5 runs at 2 ranks, 6 at 4, 5 at 8),
+//! per kB of a 2-32 MiB broadcast: 2 ranks 0.09 us for one hop (cp = 0.083); 4 ranks
+//! 0.26-0.33 for both tree and chain, against 0.25 from their work; 8 ranks 0.74-1.05 against
+//! 0.58; scatter + all-gather 0.13 / 0.33-0.39 / 0.69-1.03 against 0.125 / 0.31 / 0.66. The
+//! previous model, per-stream β along the path, put the oversubscribed chain at half the
+//! tree's time, and chose it at 2-8 MiB where the tree was 5-10% faster.
+//!
+//! Whole-message forwarding (the binomial tree) reads a message back once per rank that
+//! forwards it; beyond `SPILL` bytes it is no longer in cache by then, where the chain's
+//! 256 KiB chunks still are (measured at 8 ranks: tree 0.95 of the chain's time at 8 MiB,
+//! 1.2x at 32 MiB; at 4 ranks 0.93 and 1.05x).
+
+use super::{Algo, OpKind};
+
+/// Beyond this, a whole message has left the cache before its forwarding rank sends it on.
+const SPILL: usize = 16 << 20;
+
+/// Where a rooted call runs: its bytes, ranks, cores and chain pipeline.
+pub(super) struct Shape {
+    /// The message, in kB (so that kB x us/kB is in microseconds).
+    pub kb: f64,
+    pub bytes: usize,
+    pub n: f64,
+    /// Ranks per core, at least 1.
+    pub load: f64,
+    /// The chain's chunks and its steps (chunks plus the fill of N - 2 hops).
+    pub chunks: f64,
+    pub steps: f64,
+    /// One hop's fixed cost in microseconds of core time (plain α: the crowded rest is waiting).
+    pub alpha: f64,
+}
+
+/// The byte times in microseconds of `algo` serving rooted `op` on one host: along its path,
+/// and its work over the cores. `cp` and `g` are the copy and reduction costs in us per kB.
+/// None if `algo` has no schedule for `op`.
+pub(super) fn bytes(op: OpKind, algo: Algo, s: &Shape, cp: f64, g: f64) -> Option<(f64, f64)> {
+    let n = s.n;
+    let logn = n.log2().ceil();
+    let cores = n / s.load.max(1.0);
+    // Ranks of the binomial tree that forward: neither the root nor a leaf (odd ranks).
+    let forwarders = (n - 1.0 - (n / 2.0).floor()).max(0.0);
+    let spill = if s.bytes > SPILL { forwarders * cp } else { 0.0 };
+    // The chain's ranks between the ends copy each chunk out and on, in turn.
+    let relay = if n > 2.0 { 2.0 } else { 1.0 };
+    let pipe = s.steps / s.chunks;
+    // Every rank of a reduce starts from a copy of its input (the result's or scratch).
+    let input = n * cp;
+    // Hops: messages sent, each of which costs α of core time on top of its bytes.
+    let (path, work, hops) = match (op, algo) {
+        // Each rank's sends interleave: the root's log2 N take log2 N hops, then the
+        // deepest branch's next rank's one fewer, and so on.
+        (OpKind::Broadcast, Algo::Tree) => (logn * (logn + 1.0) / 2.0 * cp, 2.0 * (n - 1.0) * cp + spill, n - 1.0),
+        (OpKind::Broadcast, Algo::Chain) => (relay * pipe * cp, 2.0 * (n - 1.0) * cp, (n - 1.0) * s.chunks),
+        // Scatter: N - 1 blocks from the root; all-gather: N - 1 blocks into every rank.
+        (OpKind::Broadcast, Algo::ScatterAllGather) => {
+            (3.0 * (n - 1.0) / n * cp, 2.0 * (n - 1.0) * (n + 1.0) / n * cp, (n - 1.0) * (n + 1.0))
+        }
+        // The root reduces its children's results one after another.
+        (OpKind::Reduce, Algo::Tree) => (cp + logn * cp.max(g), input + (n - 1.0) * (cp + g) + spill, n - 1.0),
+        (OpKind::Reduce, Algo::Chain) => {
+            let hop = if n > 2.0 { cp + g } else { cp.max(g) };
+            (cp + pipe * hop, input + (n - 1.0) * (cp + g), (n - 1.0) * s.chunks)
+        }
+        // Reduce-scatter around the ring, then the N - 1 reduced blocks gathered to the root.
+        (OpKind::Reduce, Algo::Ring) => {
+            let share = (n - 1.0) / n;
+            let hops = (n - 1.0) * (n + 1.0);
+            (cp + share * (2.0 * cp + g), input + (n - 1.0) * (cp + g) + 2.0 * share * cp, hops)
+        }
+        _ => return None,
+    };
+    Some((s.kb * path, (s.kb * work + hops * s.alpha) / cores))
+}
