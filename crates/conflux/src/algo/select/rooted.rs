@@ -10,7 +10,7 @@
 //!   rank this is rarely the longer; on an oversubscribed host it is, and it is alike for the
 //!   tree and the chain, since every byte crosses N - 1 links whichever the schedule.
 //!
-//! Measured (`bench broadcast,reduce --algo all`, 2 cores; 5 runs at 2 ranks, 6 at 4, 5 at 8),
+//! Measured (`conflux bench all --algo all`, 2 cores; 5 runs at 2 ranks, 6 at 4, 5 at 8),
 //! per kB of a 2-32 MiB broadcast: 2 ranks 0.09 us for one hop (cp = 0.083); 4 ranks
 //! 0.26-0.33 for both tree and chain, against 0.25 from their work; 8 ranks 0.74-1.05 against
 //! 0.58; scatter + all-gather 0.13 / 0.33-0.39 / 0.69-1.03 against 0.125 / 0.31 / 0.66. The
