@@ -147,8 +147,10 @@ impl Storage for Half<bf16> {
         for (v, c) in src.iter().zip(out.chunks_exact_mut(2)) {
             let x = v.to_bits();
             let nan = x & 0x7fff_ffff > 0x7f80_0000;
-            let up = (x & 0x8000 != 0) & (x & 0x1_7fff != 0);
-            let h = select(nan, (x >> 16) | 0x40, (x >> 16) + u32::from(up)) as u16;
+            // Nearest, ties to even: the low half carries into the high half when it is over
+            // 0x8000, or exactly 0x8000 with the high half odd.
+            let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
+            let h = select(nan, (x >> 16) | 0x40, rounded) as u16;
             c.copy_from_slice(&h.to_ne_bytes());
         }
     }
