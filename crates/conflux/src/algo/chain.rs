@@ -11,7 +11,7 @@ use crate::transport::{LinkError, Sink, Transport, Xfer};
 
 /// Chunk of the pipeline: small enough that the chain fills fast, large enough that the
 /// per-step cost stays small against the copy.
-const CHUNK: usize = 256 << 10;
+pub(crate) const CHUNK: usize = 256 << 10;
 
 pub(crate) fn broadcast(
     t: &mut Transport,

@@ -4,7 +4,8 @@
 //! # The model
 //! Hockney's, as NCCL's tuner uses: a step that moves `b` bytes over a link costs `α + b·β`,
 //! and reducing `b` bytes costs `b·γ`. Each algorithm's time is a sum of such terms over its
-//! critical path (`predict`). The parameters come per link class — shared memory and TCP —
+//! critical path (`predict`); on one host, broadcast and reduce take the longer of that and
+//! their work over the cores (below). The parameters come per link class — shared memory and TCP —
 //! plus γ, the copy rate, and the shared segment's all-ranks sync (the direct algorithm):
 //!
 //! - Flat algorithms over a job that spans nodes pay TCP's α and β; when several ranks of a
@@ -21,8 +22,8 @@
 //!   copying and reducing, so on such a host byte terms are multiplied by ranks per core too.
 //! - On one host, a rooted operation's bytes are hops through shared memory, one copy each,
 //!   and it costs the longer of its path and its work over the cores (`select/rooted.rs`).
-//! - Shared-memory messages whose working set fits in cache (bytes × ranks ≤ 4 MiB) move
-//!   2.5× faster than `shm.gbps`, the streaming rate.
+//! - Shared-memory messages of the symmetric collectives whose working set fits in cache
+//!   (bytes × ranks ≤ 4 MiB) move 2.5× faster than `shm.gbps`, the streaming rate.
 //! - Log-step schedules across nodes pay shared memory for the steps inside a node; hier's
 //!   two levels overlap (its segments pipeline), so it pays the longer one and a share of the other.
 //! - A few factors are fitted, not derived, each where it is used, with the measurement.
@@ -255,7 +256,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // share a core take turns at them: byte terms scale with ranks per core. (Measured, 8 ranks
     // on 2 cores, 8-128 KiB all_reduce: rd and rabenseifner took 1.4-2.9x the time predicted
     // without it, direct as predicted with it.) A rooted operation's ranks have unequal work
-    // and idle ones give way to busy ones, which `rooted` models instead.
+    // and idle ones give way to busy ones, which `rooted_alpha` and `rooted.rs` model instead.
     let work = if matches!(call.op, OpKind::Broadcast | OpKind::Reduce) { 1.0 } else { topo.load.max(1.0) };
     let beta = work / flat.gbps / if cached { 2.5 } else { 1.0 };
     // Algorithms other than the ring have all ranks of a node crossing nodes at once.
@@ -278,15 +279,16 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // 8 ranks on 2 cores, 8 B reduce: chain 4-11 us, binomial tree 13-15 us, where paying
     // `oversub` on every step predicted chain 28 and tree 12; broadcast's tree stays ahead).
     let relaxed = if topo.oversubscribed() { flat.alpha_us } else { a };
-    let rooted = |waits: f64, steps: f64| waits * a + (steps - waits).max(0.0) * relaxed;
+    let rooted_alpha = |waits: f64, steps: f64| waits * a + (steps - waits).max(0.0) * relaxed;
     // Steps and bytes (as multiples of b) of a log-step schedule, inside nodes and across.
     let logstep = |steps_in: f64, bytes_in: f64, steps_out: f64, bytes_out: f64| {
         steps_in * sa + bytes_in * b * sb + steps_out * a + bytes_out * b * beta * shared
     };
     let ring = |steps: f64, moved: f64, reduced: f64| steps * a + moved * b * beta + reduced * b * g;
-    // Measured (bench --algo all --report-auto, 2-8 ranks on one host): scatter + all-gather
-    // pays the ring's copies twice over, the ring reduce's gather to the root costs about one
-    // more pass, and the trees' rooted operations overlap their levels.
+    // Fitted on one host (bench --algo all --report-auto, 2-8 ranks) before `rooted.rs` priced
+    // rooted operations there by their copies; kept for the rooted path model over TCP, which
+    // has no measurement of its own: scatter + all-gather pays the ring's copies twice over,
+    // and the ring reduce's gather to the root costs about one more pass.
     let sag_bw = 1.5;
     let ring_reduce_bw = 1.0;
     // Recursive doubling's and halving's half-message steps lose to the ring's pipelined
@@ -299,14 +301,16 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         call.bytes.saturating_mul(topo.size) >= 4 << 20
     };
     let rd_big = if spills { 1.5 } else { 1.0 };
-    // A rooted operation's chain: chunks of up to 256 KiB, and the fill of N - 2 hops.
-    let chain_chunk = (call.bytes as f64).min((256 << 10) as f64) * 1e-3;
-    let chain_chunks = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
+    // The chain's pipeline (chain.rs): its chunk in kB, its chunks, and its steps with the
+    // fill of N - 2 hops.
+    let chain_chunk = (call.bytes.min(super::chain::CHUNK) as f64) * 1e-3;
+    let chain_chunks = (call.bytes as f64 / super::chain::CHUNK as f64).ceil().max(1.0);
     let chain_steps = (chain_chunks + n - 2.0).max(1.0);
     // A rooted operation's latency `lat` and, across nodes, its `bytes` along its path. On one
     // host its bytes are hops through shared memory (`rooted.rs`): a path after the latency,
     // and a work bound that the waits do not add to, since a waiting rank leaves its core to
-    // the others (Brent's bound: the longer of the critical path and the work over the cores).
+    // the others (the work-span bound: no schedule beats its critical path, nor its work over
+    // the cores).
     let one_host = !(across || topo.local_tcp);
     let shape = rooted::Shape {
         kb: b,
@@ -362,18 +366,18 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             let segments = (call.bytes / (4 << 20)).clamp(1, 16) as f64;
             intra.max(inter) + intra.min(inter) / segments
         }
-        // Each rank waits once, for its parent; the root's sends go out one after another.
-        (Broadcast, Tree) => rooted_cost(rooted(1.0, logn), logn * b * beta * shared)?,
-        (Broadcast, Chain) => rooted_cost(rooted(chain_chunks, chain_steps), chain_steps * chain_chunk * beta)?,
+        // Each rank waits once, for its parent; across nodes the root's sends share its link.
+        (Broadcast, Tree) => rooted_cost(rooted_alpha(1.0, logn), logn * b * beta * shared)?,
+        (Broadcast, Chain) => rooted_cost(rooted_alpha(chain_chunks, chain_steps), chain_steps * chain_chunk * beta)?,
         (Broadcast, ScatterAllGather) => {
             rooted_cost((2.0 * n - 1.0) * a, sag_bw * 2.0 * (n - 1.0) / n * b * beta * shared)?
         }
         // The root waits for each of its log2(N) children in turn.
         (Reduce, Tree) => {
-            rooted_cost(rooted(logn, logn), b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp)?
+            rooted_cost(rooted_alpha(logn, logn), b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp)?
         }
         (Reduce, Chain) => {
-            rooted_cost(rooted(chain_chunks, chain_steps), chain_steps * chain_chunk * (beta + g) + b * cp)?
+            rooted_cost(rooted_alpha(chain_chunks, chain_steps), chain_steps * chain_chunk * (beta + g) + b * cp)?
         }
         (Reduce, Ring) => {
             rooted_cost(n * a, (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp)?

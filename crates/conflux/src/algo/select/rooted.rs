@@ -20,14 +20,14 @@
 //! Whole-message forwarding (the binomial tree) reads a message back once per rank that
 //! forwards it; beyond `SPILL` bytes it is no longer in cache by then, where the chain's
 //! 256 KiB chunks still are (measured at 8 ranks: tree 0.95 of the chain's time at 8 MiB,
-//! 1.2x at 32 MiB; at 4 ranks 0.93 and 1.05x).
+//! 1.2x at 32 MiB; at 4 ranks 0.93 and 1.05x; this term makes it 1.21x and 1.17x at 32 MiB).
 
 use super::{Algo, OpKind};
 
 /// Beyond this, a whole message has left the cache before its forwarding rank sends it on.
 const SPILL: usize = 16 << 20;
 
-/// Where a rooted call runs: its bytes, ranks, cores and chain pipeline.
+/// What the byte terms depend on.
 pub(super) struct Shape {
     /// The message, in kB (so that kB x us/kB is in microseconds).
     pub kb: f64,
@@ -49,19 +49,19 @@ pub(super) fn bytes(op: OpKind, algo: Algo, s: &Shape, cp: f64, g: f64) -> Optio
     let n = s.n;
     let logn = n.log2().ceil();
     let cores = n / s.load.max(1.0);
-    // Ranks of the binomial tree that forward: neither the root nor a leaf (odd ranks).
-    let forwarders = (n - 1.0 - (n / 2.0).floor()).max(0.0);
-    let spill = if s.bytes > SPILL { forwarders * cp } else { 0.0 };
+    let tree = binomial(n as usize);
+    let spill = if s.bytes > SPILL { tree.forwarders * cp } else { 0.0 };
     // The chain's ranks between the ends copy each chunk out and on, in turn.
     let relay = if n > 2.0 { 2.0 } else { 1.0 };
     let pipe = s.steps / s.chunks;
-    // Every rank of a reduce starts from a copy of its input (the result's or scratch).
+    // Every rank of a reduce starts from a copy of its input: scratch that the others send
+    // on, and the root's result (`reduce_into`; an in-place reduce skips the root's).
     let input = n * cp;
-    // Hops: messages sent, each of which costs α of core time on top of its bytes.
+    // `hops` counts the messages sent: each costs α of core time besides its bytes (a blocked
+    // wait is a sleep and a wake-up), which is what sets the tree apart from the chain when
+    // both are bound by their work.
     let (path, work, hops) = match (op, algo) {
-        // Each rank's sends interleave: the root's log2 N take log2 N hops, then the
-        // deepest branch's next rank's one fewer, and so on.
-        (OpKind::Broadcast, Algo::Tree) => (logn * (logn + 1.0) / 2.0 * cp, 2.0 * (n - 1.0) * cp + spill, n - 1.0),
+        (OpKind::Broadcast, Algo::Tree) => (tree.path * cp, 2.0 * (n - 1.0) * cp + spill, n - 1.0),
         (OpKind::Broadcast, Algo::Chain) => (relay * pipe * cp, 2.0 * (n - 1.0) * cp, (n - 1.0) * s.chunks),
         // Scatter: N - 1 blocks from the root; all-gather: N - 1 blocks into every rank.
         (OpKind::Broadcast, Algo::ScatterAllGather) => {
@@ -82,4 +82,53 @@ pub(super) fn bytes(op: OpKind, algo: Algo, s: &Shape, cp: f64, g: f64) -> Optio
         _ => return None,
     };
     Some((s.kb * path, (s.kb * work + hops * s.alpha) / cores))
+}
+
+/// The binomial tree over `n` ranks (tree.rs), in hops.
+#[derive(Debug, PartialEq)]
+struct Binomial {
+    /// When its last rank has the message: a rank's sends to its k children interleave, so
+    /// all of them have it k hops after it did.
+    path: f64,
+    /// Ranks that pass the message on: neither the root nor a leaf.
+    forwarders: f64,
+}
+
+fn binomial(n: usize) -> Binomial {
+    let n = n.max(1);
+    // In ranks relative to the root: vr's children are vr + m for each power of two m below
+    // vr's lowest set bit (any, for the root) while vr + m < n.
+    let children = |vr: usize| {
+        let low = if vr == 0 { usize::MAX } else { vr & vr.wrapping_neg() };
+        (0..usize::BITS).map(|i| 1usize << i).take_while(move |&m| m < low && vr + m < n).map(move |m| vr + m)
+    };
+    let (mut at, mut forwarders) = (vec![0usize; n], 0);
+    // A parent's number is below its children's, so it has the message first.
+    for vr in 0..n {
+        let k = children(vr).count();
+        forwarders += usize::from(vr > 0 && k > 0);
+        for c in children(vr) {
+            at[c] = at[vr] + k;
+        }
+    }
+    Binomial { path: at.iter().copied().max().unwrap_or(0) as f64, forwarders: forwarders as f64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{binomial, Binomial};
+
+    #[test]
+    fn binomial_paths_and_forwarders() {
+        let b = |path: f64, forwarders: f64| Binomial { path, forwarders };
+        assert_eq!(binomial(1), b(0.0, 0.0));
+        assert_eq!(binomial(2), b(1.0, 0.0));
+        // 0 -> {1, 2}: 2 is a leaf.
+        assert_eq!(binomial(3), b(2.0, 0.0));
+        assert_eq!(binomial(4), b(3.0, 1.0));
+        // 0 -> {1, 2, 4}, 2 -> 3: 4 is a leaf.
+        assert_eq!(binomial(5), b(4.0, 1.0));
+        // 0 -> {1, 2, 4}, 2 -> 3, 4 -> {5, 6}, 6 -> 7: log2 N (log2 N + 1) / 2 hops.
+        assert_eq!(binomial(8), b(6.0, 3.0));
+    }
 }
