@@ -4,9 +4,9 @@
 //! # The model
 //! Hockney's, as NCCL's tuner uses: a step that moves `b` bytes over a link costs `α + b·β`,
 //! and reducing `b` bytes costs `b·γ`. Each algorithm's time is a sum of such terms over its
-//! critical path (`predict`); on one host, broadcast and reduce take the longer of that and
-//! their work over the cores (below). The parameters come per link class — shared memory and TCP —
-//! plus γ, the copy rate, and the shared segment's all-ranks sync (the direct algorithm):
+//! critical path (`predict`), but for broadcast and reduce on one host (below). The parameters
+//! come per link class — shared memory and TCP — plus γ, the copy rate, and the shared
+//! segment's all-ranks sync (the direct algorithm):
 //!
 //! - Flat algorithms over a job that spans nodes pay TCP's α and β; when several ranks of a
 //!   node talk across nodes at once (every algorithm but the ring, whose nodes each have one
@@ -17,7 +17,7 @@
 //!   per core between (`Topo::crowding`). Rooted operations (broadcast, reduce) are the
 //!   exception: no rank waits for the ones after it, so back-to-back calls pipeline and a call
 //!   costs its busiest rank's waits at that factor, while the other steps of its path cost
-//!   plain α (`rooted`).
+//!   plain α (`rooted_alpha`).
 //! - In the symmetric collectives (all but broadcast and reduce) every rank does the same
 //!   copying and reducing, so on such a host byte terms are multiplied by ranks per core too.
 //! - On one host, a rooted operation's bytes are hops through shared memory, one copy each,
