@@ -313,7 +313,6 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // the cores).
     let one_host = !(across || topo.local_tcp);
     let shape = rooted::Shape {
-        kb: b,
         bytes: call.bytes,
         n,
         load: topo.load,

@@ -29,8 +29,6 @@ const SPILL: usize = 16 << 20;
 
 /// What the byte terms depend on.
 pub(super) struct Shape {
-    /// The message, in kB (so that kB x us/kB is in microseconds).
-    pub kb: f64,
     pub bytes: usize,
     pub n: f64,
     /// Ranks per core, at least 1.
@@ -47,6 +45,8 @@ pub(super) struct Shape {
 /// None if `algo` has no schedule for `op`.
 pub(super) fn bytes(op: OpKind, algo: Algo, s: &Shape, cp: f64, g: f64) -> Option<(f64, f64)> {
     let n = s.n;
+    // The message in kB, so that kB x us/kB is in microseconds.
+    let kb = s.bytes as f64 * 1e-3;
     let logn = n.log2().ceil();
     let cores = n / s.load.max(1.0);
     let tree = binomial(n as usize);
@@ -81,7 +81,7 @@ pub(super) fn bytes(op: OpKind, algo: Algo, s: &Shape, cp: f64, g: f64) -> Optio
         }
         _ => return None,
     };
-    Some((s.kb * path, (s.kb * work + hops * s.alpha) / cores))
+    Some((kb * path, (kb * work + hops * s.alpha) / cores))
 }
 
 /// The binomial tree over `n` ranks (tree.rs), in hops.
