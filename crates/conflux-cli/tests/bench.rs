@@ -69,8 +69,17 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
                     .find(|r| r[0] == *op && r[1] == *algo && r[3] == bytes.to_string())
                     .unwrap_or_else(|| panic!("no CSV row for {op} {algo} {bytes} B:\n{csv_text}"));
                 assert_eq!(row[11], "0", "{op} {algo} {bytes} B has wrong elements:\n{t}");
+                // --rounds, or (where auto's ratio was undecided) more blocks of it, up to the
+                // default cap of 4 x --rounds; every algorithm of a size alike.
                 let rounds: Vec<f64> = row[12].split(' ').map(|x| x.parse().unwrap()).collect();
-                assert_eq!(rounds.len(), ROUNDS, "{op} {algo} {bytes} B: {:?}", row[12]);
+                let auto_row = rows.iter().find(|r| r[0] == *op && r[1] == "auto" && r[3] == bytes.to_string());
+                let auto_rounds = auto_row.map_or(0, |r| r[12].split(' ').count());
+                assert!(
+                    rounds.len() == auto_rounds && rounds.len() % ROUNDS == 0 && rounds.len() <= 4 * ROUNDS,
+                    "{op} {algo} {bytes} B: {} rounds, auto {auto_rounds}: {:?}",
+                    rounds.len(),
+                    row[12]
+                );
                 assert!(rounds.iter().all(|us| *us > 0.0), "{op} {algo} {bytes} B: {:?}", row[12]);
                 if *algo == "auto" {
                     assert!(algos.contains(&row[2]), "auto chose {:?} for {op}, not one of {algos:?}", row[2]);
@@ -82,15 +91,18 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
     }
     assert!(rows.iter().any(|r| r[0] == "sendrecv"), "no sendrecv rows:\n{csv_text}");
 
-    // The report: a line per operation with algorithms and size, with two ratios and the run
-    // ratio's interval (3 rounds: from the lowest to the highest), then a summary.
+    // The report: a line per operation with algorithms and size, with two ratios, the rounds
+    // and the run ratio's interval (under 6 rounds: from the lowest to the highest), then a
+    // summary.
     let report: Vec<&str> = t.lines().skip_while(|l| !l.starts_with("# auto against the best")).collect();
     let lines: Vec<&str> = report.iter().copied().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(lines.len(), ALGOS.len() * SIZES.len(), "report lines:\n{}", report.join("\n"));
     for l in &lines {
         let f: Vec<&str> = l.split_whitespace().collect();
         let (run, choice): (f64, f64) = (f[6].parse().unwrap(), f[7].parse().unwrap());
-        let (lo, hi) = f[8].split_once('-').unwrap_or_else(|| panic!("no interval in {l:?}"));
+        let rounds: usize = f[8].parse().unwrap();
+        assert!(rounds % ROUNDS == 0 && (ROUNDS..=4 * ROUNDS).contains(&rounds), "rounds in {l:?}");
+        let (lo, hi) = f[9].split_once('-').unwrap_or_else(|| panic!("no interval in {l:?}"));
         let (lo, hi): (f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap());
         assert!(run > 0.0 && choice >= run && lo <= run && run <= hi, "ratios in {l:?}");
     }

@@ -9,7 +9,8 @@ use conflux::algo::select;
 use conflux::{Algo, OpKind};
 
 use super::plot::{self, Panel, Point, Series};
-use super::{timing, Row};
+use super::stats::paired;
+use super::Row;
 
 /// `--algo`: a comma list of algorithm names and `auto`, or `all` (every algorithm that
 /// implements the operation, and auto). None in the list stands for auto. Without `--algo`,
@@ -45,14 +46,15 @@ pub fn for_op(list: &[Option<Algo>], op: &str) -> Vec<Option<Algo>> {
 /// chose against the best's, which separates a wrong choice from noise between two runs of
 /// one algorithm. `run 95%` is the run ratio's confidence interval: where it holds 0.90 or
 /// more, the miss may be noise (two runs of one algorithm at 4-8 ranks on 2 cores are 20-35%
-/// apart batch to batch); `<<` marks a run whose whole interval is below.
+/// apart batch to batch); `<<` marks a run whose whole interval is below. `rounds` is how many
+/// rounds the size took: more than `--rounds` where 15 left the run ratio undecided.
 pub fn report_auto(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# auto against the best forced algorithm (busbw ratio; >= 0.90 is the target)");
     let _ = writeln!(
         out,
-        "#{:>14} {:>12} {:>14} {:>10} {:>20} {:>10} {:>7} {:>7} {:>11}",
-        "op", "size", "best", "busbw", "auto", "busbw", "run", "choice", "run 95%"
+        "#{:>14} {:>12} {:>14} {:>10} {:>20} {:>10} {:>7} {:>7} {:>6} {:>11}",
+        "op", "size", "best", "busbw", "auto", "busbw", "run", "choice", "rounds", "run 95%"
     );
     let mut by: BTreeMap<(&str, usize), Vec<&Row>> = BTreeMap::new();
     for r in rows {
@@ -65,9 +67,9 @@ pub fn report_auto(rows: &[Row]) -> String {
         let best = group.iter().filter(|r| r.forced.is_some()).min_by(|a, b| a.us.total_cmp(&b.us));
         let (Some(auto), Some(best)) = (auto, best) else { continue };
         // Time ratios, equal to busbw ratios at one size, and defined at 0 bytes too.
-        let run = paired(best, auto);
+        let run = paired(&best.samples, &auto.samples);
         let same = group.iter().find(|r| r.forced.is_some() && r.forced == auto.chosen);
-        let choice = same.map(|s| paired(best, s)).filter(|c| c.median > run.median).unwrap_or(run);
+        let choice = same.map(|s| paired(&best.samples, &s.samples)).filter(|c| c.median > run.median).unwrap_or(run);
         worst = worst.min(run.median);
         worst_choice = worst_choice.min(choice.median);
         below += (run.median < 0.9) as usize;
@@ -83,13 +85,14 @@ pub fn report_auto(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            " {op:>14} {bytes:>12} {:>14} {:>10.3} {:>20} {:>10.3} {:>7.2} {:>7.2} {:>5.2}-{:<5.2}{mark}",
+            " {op:>14} {bytes:>12} {:>14} {:>10.3} {:>20} {:>10.3} {:>7.2} {:>7.2} {:>6} {:>5.2}-{:<5.2}{mark}",
             best.label(),
             best.busbw,
             auto.label(),
             auto.busbw,
             run.median,
             choice.median,
+            auto.samples.len(),
             run.lo,
             run.hi,
         );
@@ -101,42 +104,6 @@ pub fn report_auto(rows: &[Row]) -> String {
         by.len()
     );
     out
-}
-
-/// A ratio of times over rounds: the median and its 95% confidence interval.
-#[derive(Clone, Copy)]
-struct Ratio {
-    median: f64,
-    lo: f64,
-    hi: f64,
-}
-
-/// `a`'s time over `b`'s, round by round (how fast `b` runs against `a`): their median, and
-/// the distribution-free interval of the sign test (order statistics k and m + 1 - k of m
-/// ratios, k the largest with P(Binomial(m, 1/2) < k) <= 2.5%; fewer than 6 rounds: min-max).
-fn paired(a: &Row, b: &Row) -> Ratio {
-    let mut ratios: Vec<f64> = a.samples.iter().zip(&b.samples).map(|(x, y)| x / y).collect();
-    ratios.sort_by(f64::total_cmp);
-    let m = ratios.len();
-    let k = sign_test_rank(m);
-    let (lo, hi) = if k == 0 { (ratios[0], ratios[m - 1]) } else { (ratios[k - 1], ratios[m - k]) };
-    Ratio { median: timing::median(&ratios), lo, hi }
-}
-
-/// The largest k with P(Binomial(m, 1/2) <= k - 1) <= 0.025, or 0 if there is none.
-fn sign_test_rank(m: usize) -> usize {
-    let mut tail = 0.0; // P(X <= k - 1)
-    let mut pmf = 0.5f64.powi(m as i32); // P(X = k)
-    let mut k = 0;
-    while k < m {
-        if tail + pmf > 0.025 {
-            return k;
-        }
-        tail += pmf;
-        pmf *= (m - k) as f64 / (k + 1) as f64;
-        k += 1;
-    }
-    k
 }
 
 /// One line per row; `round_us` lists the microseconds per call of each round, space-separated.
@@ -187,19 +154,4 @@ pub fn svg(rows: &[Row], title: &str, subtitle: &str) -> String {
         series[s].points.push(Point { bytes: r.bytes as f64, time_us: r.us, busbw_gbps: r.busbw });
     }
     plot::svg(title, subtitle, &panels)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::sign_test_rank;
-
-    #[test]
-    fn sign_test_ranks_match_the_binomial_tables() {
-        // Published 95% intervals for the median: m = 6 (1, 6), 15 (4, 12), 20 (6, 15), 25 (8, 18).
-        assert_eq!(sign_test_rank(5), 0);
-        assert_eq!(sign_test_rank(6), 1);
-        assert_eq!(sign_test_rank(15), 4);
-        assert_eq!(sign_test_rank(20), 6);
-        assert_eq!(sign_test_rank(25), 8);
-    }
 }

@@ -15,6 +15,7 @@ use conflux::{Algo, Communicator, Config, DataType, ReduceOp, TransportKind};
 mod compare;
 mod models;
 pub mod plot;
+mod stats;
 mod step;
 mod timing;
 
@@ -77,6 +78,11 @@ pub struct BenchArgs {
     /// 2 cores) then reach every algorithm alike. Default 1, or 15 with --report-auto.
     #[arg(long)]
     pub rounds: Option<usize>,
+    /// With --report-auto: a size where auto's ratio to the best forced algorithm is still
+    /// undecided against 0.90 (its 95% interval holds 0.90) runs --rounds more rounds, and
+    /// again, up to this many in all. Default 4 x --rounds.
+    #[arg(long)]
+    pub max_rounds: Option<usize>,
     /// Also write every row to this CSV file.
     #[arg(long)]
     pub csv: Option<std::path::PathBuf>,
