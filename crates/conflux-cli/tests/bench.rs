@@ -75,7 +75,7 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
                 let auto_row = rows.iter().find(|r| r[0] == *op && r[1] == "auto" && r[3] == bytes.to_string());
                 let auto_rounds = auto_row.map_or(0, |r| r[12].split(' ').count());
                 assert!(
-                    rounds.len() == auto_rounds && rounds.len() % ROUNDS == 0 && rounds.len() <= 4 * ROUNDS,
+                    rounds.len() == auto_rounds && rounds.len().is_multiple_of(ROUNDS) && rounds.len() <= 4 * ROUNDS,
                     "{op} {algo} {bytes} B: {} rounds, auto {auto_rounds}: {:?}",
                     rounds.len(),
                     row[12]
@@ -101,7 +101,7 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
         let f: Vec<&str> = l.split_whitespace().collect();
         let (run, choice): (f64, f64) = (f[6].parse().unwrap(), f[7].parse().unwrap());
         let rounds: usize = f[8].parse().unwrap();
-        assert!(rounds % ROUNDS == 0 && (ROUNDS..=4 * ROUNDS).contains(&rounds), "rounds in {l:?}");
+        assert!(rounds.is_multiple_of(ROUNDS) && (ROUNDS..=4 * ROUNDS).contains(&rounds), "rounds in {l:?}");
         let (lo, hi) = f[9].split_once('-').unwrap_or_else(|| panic!("no interval in {l:?}"));
         let (lo, hi): (f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap());
         assert!(run > 0.0 && choice >= run && lo <= run && run <= hi, "ratios in {l:?}");
