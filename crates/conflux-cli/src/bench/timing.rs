@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use conflux::{Algo, Communicator, OpKind, ReduceOp};
 
+use super::compare::TARGET;
 use super::stats::{median, paired};
 use super::{BenchArgs, Row};
 use crate::verify::{self, Num};
@@ -289,7 +290,7 @@ fn undecided(times: &[Vec<f64>], auto: usize) -> bool {
     let best = (0..times.len()).filter(|&k| k != auto).min_by(|&a, &b| median(&times[a]).total_cmp(&median(&times[b])));
     best.is_some_and(|b| {
         let r = paired(&times[b], &times[auto]);
-        r.lo < 0.9 && 0.9 <= r.hi
+        r.lo < TARGET && TARGET <= r.hi
     })
 }
 
