@@ -327,6 +327,12 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         let (path, work) = rooted::bytes(call.op, algo, &shape, cp, g)?;
         Some((lat + path).max(work))
     };
+    // Pairwise all_to_all posts its N - 1 exchanges at once. Through shared memory they
+    // overlap, each beyond the first costing 0.3 of a step; over TCP each still pays its own
+    // system calls on the sender's and receiver's cores: 0.7 (measured, 4 ranks over loopback
+    // TCP and over netns 2x2, 8 B - 8 KiB: pairwise took 1.1-1.2x Bruck's time, where 0.3
+    // predicted 0.8x).
+    let overlap = if across || topo.local_tcp { 0.7 } else { 0.3 };
     use Algo::*;
     use OpKind::*;
     let t = match (call.op, algo) {
@@ -388,7 +394,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         (ReduceScatter, Rd) => {
             (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * (rd_big * beta * shared + g)
         }
-        (AllToAll, Pairwise) => a * (1.0 + 0.3 * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
+        (AllToAll, Pairwise) => a * (1.0 + overlap * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
         (AllToAll, Bruck) => logn * a + logn / 2.0 * b * beta * shared + (2.0 + logn) * b * cp,
         _ => return None,
     };

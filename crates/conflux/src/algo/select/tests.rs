@@ -226,3 +226,17 @@ fn one_host_rooted_operations_are_bound_by_their_work_when_oversubscribed() {
     assert_ne!(pick(OpKind::Broadcast, &roomy, 2 << 20), Algo::Tree);
     assert_eq!(pick(OpKind::Broadcast, &roomy, 8), Algo::Tree);
 }
+
+/// Pairwise all_to_all overlaps its exchanges through shared memory but pays each one's
+/// system calls over TCP, where Bruck's log2(N) steps win small messages.
+#[test]
+fn small_all_to_all_over_tcp_counts_every_pairwise_exchange() {
+    let m = Model::default();
+    let small = call(OpKind::AllToAll, 2 << 10);
+    assert_eq!(choose(&m, &small, &tcp_only(4, 2), None), Ok(Algo::Bruck));
+    let local_tcp = Topo { local_tcp: true, ..Topo::single(4, false) };
+    assert_eq!(choose(&m, &small, &local_tcp, None), Ok(Algo::Bruck));
+    assert_eq!(choose(&m, &small, &Topo::single(4, true), None), Ok(Algo::Pairwise));
+    // From tens of KiB, Bruck's extra bytes cost more than the exchanges it saves.
+    assert_eq!(choose(&m, &call(OpKind::AllToAll, 32 << 10), &tcp_only(4, 2), None), Ok(Algo::Pairwise));
+}
