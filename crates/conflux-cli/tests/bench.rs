@@ -126,3 +126,30 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
     let _ = std::fs::remove_file(csv);
     let _ = std::fs::remove_file(svg);
 }
+
+/// An algorithm list that leaves some operation nothing to run (ring has no all_to_all and no
+/// sendrecv) skips that operation and measures the others.
+#[test]
+fn an_algorithm_list_that_serves_only_some_operations_measures_those() {
+    let mut cmd = Command::new(CONFLUX);
+    cmd.args(["bench", "all", "-n", "2", "-e", "64", "--iters", "2", "--algo", "ring", "--check"])
+        .env("CONFLUX_TIMEOUT_S", "60");
+    let out =
+        wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
+    let t = text(&out);
+    assert!(out.status.success(), "bench failed ({}):\n{t}", out.status);
+    let rows = |op: &str| {
+        t.lines()
+            .skip_while(|l| *l != format!("# {op}"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("# ") || l.starts_with("#  "))
+            .filter(|l| !l.starts_with('#') && l.split_whitespace().nth(5) == Some("ring"))
+            .count()
+    };
+    // Sizes 8 and 32 B (a factor of 4 up to 64) wherever ring serves, none where it does not.
+    for op in ["all_reduce", "all_gather", "reduce_scatter", "reduce"] {
+        assert_eq!(rows(op), 2, "{op}:\n{t}");
+    }
+    assert_eq!(rows("all_to_all"), 0, "{t}");
+    assert_eq!(rows("sendrecv"), 0, "{t}");
+}

@@ -9,7 +9,7 @@ use conflux::algo::select;
 use conflux::{Algo, OpKind};
 
 use super::plot::{self, Panel, Point, Series};
-use super::stats::paired;
+use super::stats::{best_of, paired, TARGET};
 use super::Row;
 
 /// `--algo`: a comma list of algorithm names and `auto`, or `all` (every algorithm that
@@ -38,9 +38,6 @@ pub fn for_op(list: &[Option<Algo>], op: &str) -> Vec<Option<Algo>> {
     list.iter().copied().filter(|a| a.is_none_or(|a| kind.is_some_and(|k| select::implements(a, k)))).collect()
 }
 
-/// The share of the best forced algorithm's busbw that auto is held to.
-pub const TARGET: f64 = 0.9;
-
 /// Auto's busbw against the best forced algorithm's (the one of lowest median time) at each
 /// size of each operation, with the algorithm auto chose. Two ratios, each the median over
 /// rounds of the per-round time ratio (the algorithms take turns within a round, so a ratio of
@@ -50,7 +47,8 @@ pub const TARGET: f64 = 0.9;
 /// one algorithm. `run 95%` is the run ratio's confidence interval: where it holds 0.90 or
 /// more, the miss may be noise (two runs of one algorithm at 4-8 ranks on 2 cores are 20-35%
 /// apart batch to batch); `<<` marks a run whose whole interval is below. `rounds` is how many
-/// rounds the size took: more than `--rounds` where 15 left the run ratio undecided.
+/// rounds the size took: more than `--rounds` where the first ones left the run ratio
+/// undecided (see `timing.rs`).
 pub fn report_auto(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# auto against the best forced algorithm (busbw ratio; >= {TARGET:.2} is the target)");
@@ -67,8 +65,9 @@ pub fn report_auto(rows: &[Row]) -> String {
     let (mut worst_choice, mut wrong_choice, mut surely_wrong) = (f64::INFINITY, 0, 0);
     for ((op, bytes), group) in &by {
         let auto = group.iter().find(|r| r.forced.is_none());
-        let best = group.iter().filter(|r| r.forced.is_some()).min_by(|a, b| a.us.total_cmp(&b.us));
-        let (Some(auto), Some(best)) = (auto, best) else { continue };
+        let forced: Vec<&Row> = group.iter().copied().filter(|r| r.forced.is_some()).collect();
+        let samples: Vec<&[f64]> = forced.iter().map(|r| r.samples.as_slice()).collect();
+        let (Some(auto), Some(best)) = (auto, best_of(&samples).map(|k| forced[k])) else { continue };
         compared += 1;
         // Time ratios, equal to busbw ratios at one size, and defined at 0 bytes too.
         let run = paired(&best.samples, &auto.samples);

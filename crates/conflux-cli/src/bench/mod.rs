@@ -48,15 +48,16 @@ pub struct BenchArgs {
     pub redop: String,
     #[arg(short = 'r', long, default_value_t = 0)]
     pub root: usize,
-    /// Timed iterations per size and algorithm, in all rounds (a quarter for sizes over
-    /// 1 MiB, at least 5).
+    /// Timed iterations per size and algorithm, in all of its first --rounds rounds (a quarter
+    /// for sizes over 1 MiB, at least 5); sizes given extra rounds (--max-rounds) run more.
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
     /// Run more iterations than --iters where needed for an algorithm's timed calls at one
-    /// size to last this long in all (milliseconds; 0 = exactly --iters), so that small sizes
-    /// are not timed over a few microseconds. Default 0, or 30 with --report-auto.
+    /// size to last this long over its first --rounds rounds (milliseconds; 0 = exactly
+    /// --iters), so that small sizes are not timed over a few microseconds. Default 0, or 30
+    /// with --report-auto.
     #[arg(long)]
     pub min_ms: Option<f64>,
     /// Validate every result against an independently computed expectation.
@@ -75,7 +76,8 @@ pub struct BenchArgs {
     pub report_auto: bool,
     /// Split each algorithm's timed calls into this many batches, the algorithms taking
     /// turns batch by batch, and keep each one's median batch: drift and noise (4+ ranks on
-    /// 2 cores) then reach every algorithm alike. Default 1, or 15 with --report-auto.
+    /// 2 cores) then reach every algorithm alike. Default 1, or 15 with --report-auto (which
+    /// may add more: --max-rounds).
     #[arg(long)]
     pub rounds: Option<usize>,
     /// With --report-auto: a size where auto's ratio to the best forced algorithm is still

@@ -1,6 +1,9 @@
 //! The statistics the bench reads its rounds with: medians, and the ratio of two algorithms'
 //! times taken round by round with a distribution-free confidence interval.
 
+/// The share of the best forced algorithm's busbw that `--report-auto` holds auto to.
+pub const TARGET: f64 = 0.9;
+
 /// The median of `v` (the lower middle of an even count).
 pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -14,6 +17,18 @@ pub struct Ratio {
     pub median: f64,
     pub lo: f64,
     pub hi: f64,
+}
+
+impl Ratio {
+    /// Whether `x` lies in the interval, so the data cannot yet tell the ratio from `x`.
+    pub fn holds(&self, x: f64) -> bool {
+        self.lo < x && x <= self.hi
+    }
+}
+
+/// Which of `times` (per algorithm, microseconds per round) is the best: the lowest median.
+pub fn best_of(times: &[&[f64]]) -> Option<usize> {
+    (0..times.len()).min_by(|&a, &b| median(times[a]).total_cmp(&median(times[b])))
 }
 
 /// `a`'s time over `b`'s, round by round (how fast `b` runs against `a`): their median, and

@@ -13,10 +13,12 @@
 //! the forced hier when it always followed hier.
 //!
 //! Two runs of one algorithm at 4-8 ranks on 2 cores, or over netns TCP at small sizes, are
-//! 20-40% apart batch to batch, so 15 rounds can leave auto's ratio to the best forced
+//! 20-40% apart batch to batch, so `--rounds` rounds can leave auto's ratio to the best forced
 //! algorithm undecided: its 95% interval holds the 0.90 that `--report-auto` asks for. Such a
-//! size runs another 15 rounds, and again, up to `--max-rounds`; the rule stops as readily on
-//! an interval wholly below 0.90 as on one wholly above, so it favours neither verdict.
+//! size runs another `--rounds` rounds, and again, up to `--max-rounds`. The rule stops as
+//! readily on an interval wholly below 0.90 as on one wholly above, so it favours neither
+//! verdict; but each look is a chance to stop on a chance excursion, so with the default four
+//! looks a decided verdict is wrong somewhat more often than a single 95% interval's 5%.
 //!
 //! Every batch is preceded by one untimed call, since the first call after a switch pays for
 //! the previous algorithm's cache footprint, and by a barrier; its time is the slowest rank's.
@@ -27,8 +29,7 @@ use std::time::Instant;
 
 use conflux::{Algo, Communicator, OpKind, ReduceOp};
 
-use super::compare::TARGET;
-use super::stats::{median, paired};
+use super::stats::{best_of, median, paired, TARGET};
 use super::{BenchArgs, Row};
 use crate::verify::{self, Num};
 
@@ -172,6 +173,10 @@ pub fn measure<T: Num>(
     let batch = calls_per_batch(args, bytes, fastest, rounds);
 
     let algos = list.len();
+    if algos == 0 {
+        // Nothing of `--algo` implements this operation, or every forced algorithm refused.
+        return Ok(Vec::new());
+    }
     let auto = list.iter().position(Option::is_none);
     let most = if args.report_auto && auto.is_some() && algos > 1 {
         args.max_rounds.unwrap_or(4 * rounds).max(rounds)
@@ -179,7 +184,7 @@ pub fn measure<T: Num>(
         rounds
     };
     // Microseconds per call, by algorithm and round.
-    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(most); algos];
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); algos];
     loop {
         let first = times[0].len();
         let block = rounds.min(most - first);
@@ -287,11 +292,8 @@ fn calls_per_batch(args: &BenchArgs, bytes: usize, per_call_s: f64, rounds: usiz
 /// undecided against the 0.90 that `--report-auto` holds it to: the 95% interval of their
 /// round-by-round ratio holds 0.90.
 fn undecided(times: &[Vec<f64>], auto: usize) -> bool {
-    let best = (0..times.len()).filter(|&k| k != auto).min_by(|&a, &b| median(&times[a]).total_cmp(&median(&times[b])));
-    best.is_some_and(|b| {
-        let r = paired(&times[b], &times[auto]);
-        r.lo < TARGET && TARGET <= r.hi
-    })
+    let forced: Vec<&[f64]> = (0..times.len()).filter(|&k| k != auto).map(|k| times[k].as_slice()).collect();
+    best_of(&forced).is_some_and(|b| paired(forced[b], &times[auto]).holds(TARGET))
 }
 
 #[cfg(test)]
