@@ -162,14 +162,20 @@ pub(crate) fn all_reduce(
         if small {
             each_span(out, at..at + len, |span, off| {
                 let mut parts: Vec<&[u8]> = slots.iter().map(|sl| &sl[off..off + span.len()]).collect();
-                // This rank's own part comes from its private input, not its slot, whose lines
-                // every peer is reading at the same moment: read here too, they cost as much as
-                // a peer's (bf16 at 2 ranks: the reduction took 1.4x longer). Same bytes in the
-                // same order, so the same result.
-                if let Some(i) = input {
-                    parts[me] = &i[at + off..at + off + span.len()];
+                // This rank's own part comes from its private buffer (its input, or in place
+                // the output itself), not its slot, whose lines every peer is reading at the
+                // same moment: read here too, they cost as much as a peer's (bf16 at 2 ranks:
+                // the reduction took 1.4x longer). Same bytes in the same order, same result.
+                match input {
+                    Some(i) => {
+                        parts[me] = &i[at + off..at + off + span.len()];
+                        reduce::reduce_many(dtype, op, span, &parts);
+                    }
+                    None => {
+                        parts.remove(me);
+                        reduce::reduce_many_with_dst(dtype, op, span, me, &parts);
+                    }
                 }
-                reduce::reduce_many(dtype, op, span, &parts);
             });
         } else {
             let elems = len / esize;

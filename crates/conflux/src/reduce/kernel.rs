@@ -170,12 +170,16 @@ fn combine<A: Arith>(op: ReduceOp, acc: &mut [A], x: &[A]) {
     }
 }
 
-/// Folds half-type `dst` (when `with_dst`) and `srcs` block by block, in f32, into `dst`.
-/// Every source is at least as long as `dst`, and `dst` holds whole elements (the callers in
-/// mod.rs trim).
+/// Folds the operands, half-type `srcs` with `dst`'s own contents at position `dst_at` if
+/// given, block by block, in f32, into `dst`. Every source is at least as long as `dst`, and
+/// `dst` holds whole elements (the callers in mod.rs trim).
 #[inline(always)]
-fn fold<S: Storage>(op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
+fn fold<S: Storage>(op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
     let es = 2; // bytes per stored element, computed in 4
+    let operands = srcs.len() + dst_at.is_some() as usize;
+    if operands == 0 {
+        return;
+    }
     let mut acc = [0f32; BLOCK];
     let mut tmp = [0f32; BLOCK];
     let n = dst.len() / es;
@@ -184,16 +188,17 @@ fn fold<S: Storage>(op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]
         let m = BLOCK.min(n - start);
         let bytes = start * es..(start + m) * es;
         let (acc, tmp) = (&mut acc[..m], &mut tmp[..m]);
-        let rest = if with_dst {
-            S::widen(&dst[bytes.clone()], acc);
-            srcs
-        } else {
-            S::widen(&srcs[0][bytes.clone()], acc);
-            &srcs[1..]
-        };
-        for s in rest {
-            S::widen(&s[bytes.clone()], tmp);
-            combine(op, acc, tmp);
+        for j in 0..operands {
+            let into = if j == 0 { &mut *acc } else { &mut *tmp };
+            // dst is read whole before it is written, at the block's end.
+            match dst_at {
+                Some(k) if j == k => S::widen(&dst[bytes.clone()], into),
+                Some(k) if j > k => S::widen(&srcs[j - 1][bytes.clone()], into),
+                _ => S::widen(&srcs[j][bytes.clone()], into),
+            }
+            if j > 0 {
+                combine(op, acc, tmp);
+            }
         }
         S::narrow(acc, &mut dst[bytes]);
         start += m;
@@ -232,26 +237,38 @@ fn combine_bytes<T: Arith>(op: ReduceOp, dst: &mut [u8], a: Option<&[u8]>, b: &[
 }
 
 /// `fold` for types stored as they compute: no staging through aligned blocks, since widening
-/// is the identity. The same order per element (dst or srcs[0] first, then the rest in
-/// order), block by block so that `dst`'s block stays in L1 across the sources.
+/// is the identity. The same order per element (the operands in order, `dst`'s own contents
+/// at `dst_at`), block by block so that `dst`'s block stays in L1 across the sources.
 #[inline(always)]
-fn fold_plain<T: Arith>(op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
+fn fold_plain<T: Arith>(op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
     let block = BLOCK * std::mem::size_of::<T>();
+    // dst's own block when it is a later operand: `d` fills with the running result first.
+    let mut saved = [0u8; BLOCK * 8];
     let mut start = 0;
     while start < dst.len() {
         let bytes = start..dst.len().min(start + block);
         let d = &mut dst[bytes.clone()];
-        let rest = match (with_dst, srcs) {
-            (true, _) => srcs,
-            (false, [only]) => {
+        let rest = match (dst_at, srcs) {
+            (Some(0), _) => srcs,
+            (Some(k), _) => {
+                let saved = &mut saved[..d.len()];
+                saved.copy_from_slice(d);
+                let operand = |j: usize| if j == k { &saved[..] } else { &srcs[j - (j > k) as usize][bytes.clone()] };
+                combine_bytes::<T>(op, d, Some(operand(0)), operand(1));
+                for j in 2..=srcs.len() {
+                    combine_bytes::<T>(op, d, None, operand(j));
+                }
+                &[]
+            }
+            (None, [only]) => {
                 d.copy_from_slice(&only[bytes.clone()]);
                 &[]
             }
-            (false, [a, b, rest @ ..]) => {
+            (None, [a, b, rest @ ..]) => {
                 combine_bytes::<T>(op, d, Some(&a[bytes.clone()]), &b[bytes.clone()]);
                 rest
             }
-            (false, []) => &[],
+            (None, []) => &[],
         };
         for s in rest {
             combine_bytes::<T>(op, d, None, &s[bytes.clone()]);
@@ -262,22 +279,22 @@ fn fold_plain<T: Arith>(op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[
 
 /// `F16`: how f16 converts; only `fold_avx2` names the F16C one, so only detected CPUs run it.
 #[inline(always)]
-fn dispatch<F16: Storage>(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
+fn dispatch<F16: Storage>(dtype: DataType, op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
     match dtype {
-        DataType::F32 => fold_plain::<f32>(op, dst, with_dst, srcs),
-        DataType::F64 => fold_plain::<f64>(op, dst, with_dst, srcs),
-        DataType::F16 => fold::<F16>(op, dst, with_dst, srcs),
-        DataType::BF16 => fold::<Half<bf16>>(op, dst, with_dst, srcs),
-        DataType::I8 => fold_plain::<i8>(op, dst, with_dst, srcs),
-        DataType::U8 => fold_plain::<u8>(op, dst, with_dst, srcs),
-        DataType::I16 => fold_plain::<i16>(op, dst, with_dst, srcs),
-        DataType::I32 => fold_plain::<i32>(op, dst, with_dst, srcs),
-        DataType::I64 => fold_plain::<i64>(op, dst, with_dst, srcs),
+        DataType::F32 => fold_plain::<f32>(op, dst, dst_at, srcs),
+        DataType::F64 => fold_plain::<f64>(op, dst, dst_at, srcs),
+        DataType::F16 => fold::<F16>(op, dst, dst_at, srcs),
+        DataType::BF16 => fold::<Half<bf16>>(op, dst, dst_at, srcs),
+        DataType::I8 => fold_plain::<i8>(op, dst, dst_at, srcs),
+        DataType::U8 => fold_plain::<u8>(op, dst, dst_at, srcs),
+        DataType::I16 => fold_plain::<i16>(op, dst, dst_at, srcs),
+        DataType::I32 => fold_plain::<i32>(op, dst, dst_at, srcs),
+        DataType::I64 => fold_plain::<i64>(op, dst, dst_at, srcs),
     }
 }
 
-pub(super) fn fold_portable(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
-    dispatch::<Half<f16>>(dtype, op, dst, with_dst, srcs)
+pub(super) fn fold_portable(dtype: DataType, op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
+    dispatch::<Half<f16>>(dtype, op, dst, dst_at, srcs)
 }
 
 /// The same code as `fold_portable`, vectorized for AVX2, with f16 converted by F16C.
@@ -286,8 +303,8 @@ pub(super) fn fold_portable(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_
 /// The CPU must support AVX2 and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn fold_avx2(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
-    dispatch::<F16c>(dtype, op, dst, with_dst, srcs)
+pub(super) unsafe fn fold_avx2(dtype: DataType, op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
+    dispatch::<F16c>(dtype, op, dst, dst_at, srcs)
 }
 
 /// Divides every element by `n > 1`; integers truncate toward zero.

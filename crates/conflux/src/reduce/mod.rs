@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 pub fn reduce_into(dtype: DataType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     let n = dst.len().min(src.len());
     let n = n - n % dtype.size();
-    run(dtype, op, &mut dst[..n], true, &[&src[..n]]);
+    run(dtype, op, &mut dst[..n], Some(0), &[&src[..n]]);
 }
 
 /// `dst[i] = srcs[0][i] op srcs[1][i] op ...`, in that order; f16 and bf16 accumulate in f32
@@ -33,7 +33,18 @@ pub fn reduce_many(dtype: DataType, op: ReduceOp, dst: &mut [u8], srcs: &[&[u8]]
     let n = srcs.iter().map(|s| s.len()).fold(dst.len(), usize::min);
     let n = n - n % dtype.size();
     let srcs: Vec<&[u8]> = srcs.iter().map(|s| &s[..n]).collect();
-    run(dtype, op, &mut dst[..n], false, &srcs);
+    run(dtype, op, &mut dst[..n], None, &srcs);
+}
+
+/// `reduce_many` with `dst`'s own contents as the source at position `at` (at most
+/// `srcs.len()`): `dst[i] = srcs[0][i] op .. op dst[i] op .. op srcs[last][i]`, in that order,
+/// with no copy of `dst` made first.
+pub fn reduce_many_with_dst(dtype: DataType, op: ReduceOp, dst: &mut [u8], at: usize, srcs: &[&[u8]]) {
+    debug_assert!(at <= srcs.len());
+    let n = srcs.iter().map(|s| s.len()).fold(dst.len(), usize::min);
+    let n = n - n % dtype.size();
+    let srcs: Vec<&[u8]> = srcs.iter().map(|s| &s[..n]).collect();
+    run(dtype, op, &mut dst[..n], Some(at.min(srcs.len())), &srcs);
 }
 
 /// Divides every element by `n` (the second half of Avg). Integers truncate toward zero, as
@@ -68,15 +79,15 @@ fn has_avx2_f16c() -> bool {
     })
 }
 
-fn run(dtype: DataType, op: ReduceOp, dst: &mut [u8], with_dst: bool, srcs: &[&[u8]]) {
+fn run(dtype: DataType, op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_f16c() {
         // SAFETY: the CPU supports AVX2 and F16C (checked at run time just above); that is the
         // only requirement of a `target_feature(enable = "avx2,f16c")` function.
-        unsafe { kernel::fold_avx2(dtype, op, dst, with_dst, srcs) };
+        unsafe { kernel::fold_avx2(dtype, op, dst, dst_at, srcs) };
         return;
     }
-    kernel::fold_portable(dtype, op, dst, with_dst, srcs);
+    kernel::fold_portable(dtype, op, dst, dst_at, srcs);
 }
 
 #[cfg(test)]

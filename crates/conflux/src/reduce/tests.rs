@@ -122,11 +122,11 @@ fn check_all_paths(dtype: DataType, op: ReduceOp, srcs: &[Vec<u8>], shift: usize
     let want = reference(dtype, op, &refs);
     let bufs: Vec<Vec<u8>> = srcs.iter().map(|s| shifted(s, shift)).collect();
     let srcs: Vec<&[u8]> = bufs.iter().map(|b| &b[shift..]).collect();
-    type Fold = fn(DataType, ReduceOp, &mut [u8], bool, &[&[u8]]);
+    type Fold = fn(DataType, ReduceOp, &mut [u8], Option<usize>, &[&[u8]]);
     let mut paths: Vec<(&str, Fold)> = vec![("portable", kernel::fold_portable)];
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
-        fn avx2(d: DataType, o: ReduceOp, dst: &mut [u8], w: bool, s: &[&[u8]]) {
+        fn avx2(d: DataType, o: ReduceOp, dst: &mut [u8], w: Option<usize>, s: &[&[u8]]) {
             // SAFETY: only registered after the run-time check above found AVX2 and F16C.
             unsafe { kernel::fold_avx2(d, o, dst, w, s) }
         }
@@ -134,11 +134,18 @@ fn check_all_paths(dtype: DataType, op: ReduceOp, srcs: &[Vec<u8>], shift: usize
     }
     for (name, path) in paths {
         let mut dst = shifted(&vec![0x55; want.len()], shift);
-        path(dtype, op, &mut dst[shift..], false, &srcs);
+        path(dtype, op, &mut dst[shift..], None, &srcs);
         assert_eq!(&dst[shift..], &want[..], "{name} many {dtype} {op}");
+        // The same fold with any one source already in dst, at its place in the order.
+        for k in 0..srcs.len() {
+            let mut dst = shifted(srcs[k], shift);
+            let others: Vec<&[u8]> = (0..srcs.len()).filter(|&j| j != k).map(|j| srcs[j]).collect();
+            path(dtype, op, &mut dst[shift..], Some(k), &others);
+            assert_eq!(&dst[shift..], &want[..], "{name} many with dst at {k} {dtype} {op}");
+        }
         let mut acc = shifted(srcs[0], shift);
         for s in &srcs[1..] {
-            path(dtype, op, &mut acc[shift..], true, &[s]);
+            path(dtype, op, &mut acc[shift..], Some(0), &[s]);
         }
         // Pairwise folding rounds half types at every step; compare with that reference.
         let mut pairwise = srcs[0].to_vec();
