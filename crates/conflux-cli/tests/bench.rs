@@ -153,3 +153,25 @@ fn an_algorithm_list_that_serves_only_some_operations_measures_those() {
     assert_eq!(rows("all_to_all"), 0, "{t}");
     assert_eq!(rows("sendrecv"), 0, "{t}");
 }
+
+/// `--inplace` times all_reduce on one buffer, as torch.distributed calls it, and every
+/// algorithm's in-place result checks out (world size 3: not a power of two).
+#[test]
+fn in_place_all_reduce_is_checked_for_every_algorithm() {
+    let mut cmd = Command::new(CONFLUX);
+    cmd.args(["bench", "all_reduce", "-n", "3", "-e", "64K", "-f", "32", "--iters", "3", "--algo", "all", "--inplace"])
+        .args(["--check", "-d", "bf16"])
+        .env("CONFLUX_TIMEOUT_S", "60");
+    let out =
+        wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
+    let t = text(&out);
+    assert!(out.status.success(), "bench failed ({}):\n{t}", out.status);
+    assert!(t.contains("all_reduce in place"), "{t}");
+    let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#') && l.split_whitespace().count() == 10).collect();
+    // 8 B, 256 B, 8 KiB (direct's small path) and the 64 K cap not reached: 3 sizes, each
+    // with every all_reduce algorithm on one host and auto.
+    assert_eq!(rows.len(), 3 * 6, "{t}");
+    for r in rows {
+        assert_eq!(r.split_whitespace().last(), Some("0"), "wrong elements: {r}\n{t}");
+    }
+}

@@ -60,6 +60,11 @@ pub struct BenchArgs {
     /// with --report-auto.
     #[arg(long)]
     pub min_ms: Option<f64>,
+    /// all_reduce in place, on one buffer (what torch.distributed's all_reduce does), instead
+    /// of from a send buffer into a receive buffer. As in nccl-tests, the timed calls reduce
+    /// the previous result again; --check starts from the input.
+    #[arg(long)]
+    pub inplace: bool,
     /// Validate every result against an independently computed expectation.
     #[arg(short = 'c', long)]
     pub check: bool,
@@ -290,12 +295,13 @@ fn memcpy_gbps() -> f64 {
 
 fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
     println!(
-        "# conflux bench: {} ranks ({} on this host), dtype {dtype}, {} iters, {} warmup, check {}",
+        "# conflux bench: {} ranks ({} on this host), dtype {dtype}, {} iters, {} warmup, check {}{}",
         comm.size(),
         comm.local_size(),
         args.iters,
         args.warmup,
-        if args.check { "on" } else { "off" }
+        if args.check { "on" } else { "off" },
+        if args.inplace { ", all_reduce in place" } else { "" }
     );
     println!(
         "# transport {}, algo {}, reduction kernel {}",

@@ -70,12 +70,18 @@ impl<'a, T: Num> Case<'a, T> {
         case
     }
 
-    /// The output as before any call: zeros, but the broadcast root's data.
+    /// The output as before any call: zeros, but the broadcast root's data and an in-place
+    /// all_reduce's input.
     fn clear(&mut self) {
         let len = if self.op == "reduce_scatter" { self.block } else { self.count };
         self.recv.clear();
         self.recv.resize(len, T::zeroed());
-        if self.op == "broadcast" && self.rank == self.root {
+        let holds_input = match self.op {
+            "broadcast" => self.rank == self.root,
+            "all_reduce" => self.args.inplace,
+            _ => false,
+        };
+        if holds_input {
             verify::fill(&mut self.recv, self.redop, self.rank, 0);
         }
     }
@@ -83,6 +89,7 @@ impl<'a, T: Num> Case<'a, T> {
     fn once(&mut self, h: &Communicator) -> conflux::Result<()> {
         let (send, recv, redop, root) = (&self.send, &mut self.recv, self.redop, self.root);
         match self.op {
+            "all_reduce" if self.args.inplace => h.all_reduce(recv, redop),
             "all_reduce" => h.all_reduce_into(send, recv, redop),
             "all_gather" => h.all_gather(send, recv),
             "reduce_scatter" => h.reduce_scatter(send, recv, redop),
