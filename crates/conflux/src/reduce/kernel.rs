@@ -241,25 +241,16 @@ fn combine_bytes<T: Arith>(op: ReduceOp, dst: &mut [u8], a: Option<&[u8]>, b: &[
 /// at `dst_at`), block by block so that `dst`'s block stays in L1 across the sources.
 #[inline(always)]
 fn fold_plain<T: Arith>(op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
+    if let Some(k @ 1..) = dst_at {
+        return fold_plain_later::<T>(op, dst, k, srcs);
+    }
     let block = BLOCK * std::mem::size_of::<T>();
-    // dst's own block when it is a later operand: `d` fills with the running result first.
-    let mut saved = [0u8; BLOCK * 8];
     let mut start = 0;
     while start < dst.len() {
         let bytes = start..dst.len().min(start + block);
         let d = &mut dst[bytes.clone()];
         let rest = match (dst_at, srcs) {
-            (Some(0), _) => srcs,
-            (Some(k), _) => {
-                let saved = &mut saved[..d.len()];
-                saved.copy_from_slice(d);
-                let operand = |j: usize| if j == k { &saved[..] } else { &srcs[j - (j > k) as usize][bytes.clone()] };
-                combine_bytes::<T>(op, d, Some(operand(0)), operand(1));
-                for j in 2..=srcs.len() {
-                    combine_bytes::<T>(op, d, None, operand(j));
-                }
-                &[]
-            }
+            (Some(_), _) => srcs,
             (None, [only]) => {
                 d.copy_from_slice(&only[bytes.clone()]);
                 &[]
@@ -272,6 +263,27 @@ fn fold_plain<T: Arith>(op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, src
         };
         for s in rest {
             combine_bytes::<T>(op, d, None, &s[bytes.clone()]);
+        }
+        start = bytes.end;
+    }
+}
+
+/// `fold_plain` with `dst`'s own contents as operand `k > 0`: each block of `dst` is kept
+/// aside first, since `dst` fills with the running result from operand 0 on.
+#[inline(always)]
+fn fold_plain_later<T: Arith>(op: ReduceOp, dst: &mut [u8], k: usize, srcs: &[&[u8]]) {
+    let block = BLOCK * std::mem::size_of::<T>();
+    let mut saved = [0u8; BLOCK * 8];
+    let mut start = 0;
+    while start < dst.len() {
+        let bytes = start..dst.len().min(start + block);
+        let d = &mut dst[bytes.clone()];
+        let saved = &mut saved[..d.len()];
+        saved.copy_from_slice(d);
+        let operand = |j: usize| if j == k { &saved[..] } else { &srcs[j - (j > k) as usize][bytes.clone()] };
+        combine_bytes::<T>(op, d, Some(operand(0)), operand(1));
+        for j in 2..=srcs.len() {
+            combine_bytes::<T>(op, d, None, operand(j));
         }
         start = bytes.end;
     }

@@ -27,13 +27,9 @@ pub fn reduce_into(dtype: DataType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
 /// `dst[i] = srcs[0][i] op srcs[1][i] op ...`, in that order; f16 and bf16 accumulate in f32
 /// across all sources and round once. An empty `srcs` leaves `dst` as it is.
 pub fn reduce_many(dtype: DataType, op: ReduceOp, dst: &mut [u8], srcs: &[&[u8]]) {
-    if srcs.is_empty() {
-        return;
+    if !srcs.is_empty() {
+        trimmed(dtype, op, dst, None, srcs);
     }
-    let n = srcs.iter().map(|s| s.len()).fold(dst.len(), usize::min);
-    let n = n - n % dtype.size();
-    let srcs: Vec<&[u8]> = srcs.iter().map(|s| &s[..n]).collect();
-    run(dtype, op, &mut dst[..n], None, &srcs);
 }
 
 /// `reduce_many` with `dst`'s own contents as the source at position `at` (at most
@@ -41,10 +37,15 @@ pub fn reduce_many(dtype: DataType, op: ReduceOp, dst: &mut [u8], srcs: &[&[u8]]
 /// with no copy of `dst` made first.
 pub fn reduce_many_with_dst(dtype: DataType, op: ReduceOp, dst: &mut [u8], at: usize, srcs: &[&[u8]]) {
     debug_assert!(at <= srcs.len());
+    trimmed(dtype, op, dst, Some(at.min(srcs.len())), srcs);
+}
+
+/// Runs the kernel over the whole elements that `dst` and every source have.
+fn trimmed(dtype: DataType, op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
     let n = srcs.iter().map(|s| s.len()).fold(dst.len(), usize::min);
     let n = n - n % dtype.size();
     let srcs: Vec<&[u8]> = srcs.iter().map(|s| &s[..n]).collect();
-    run(dtype, op, &mut dst[..n], Some(at.min(srcs.len())), &srcs);
+    run(dtype, op, &mut dst[..n], dst_at, &srcs);
 }
 
 /// Divides every element by `n` (the second half of Avg). Integers truncate toward zero, as
