@@ -12,6 +12,17 @@ fn temp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("conflux-bench-test-{}-{name}", std::process::id()))
 }
 
+/// Runs `conflux <args>` (CONFLUX_ALGO unset, a 60 s collective deadline) to success within
+/// `limit`, and returns what it printed.
+fn bench_ok(args: &[&str], limit: Duration) -> String {
+    let mut cmd = Command::new(CONFLUX);
+    cmd.args(args).env("CONFLUX_TIMEOUT_S", "60").env_remove("CONFLUX_ALGO");
+    let out = wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), limit).0;
+    let t = text(&out);
+    assert!(out.status.success(), "bench failed ({}):\n{t}", out.status);
+    t
+}
+
 /// The algorithms `--algo all` must run for each operation at 3 ranks on one host.
 const ALGOS: &[(&str, &[&str])] = &[
     ("all_reduce", &["ring", "direct", "tree", "rd", "rabenseifner"]),
@@ -50,12 +61,8 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
         "--check",
         "--csv",
     ];
-    let mut cmd = Command::new(CONFLUX);
-    cmd.args(args).arg(&csv).arg("--plot").arg(&svg).env("CONFLUX_TIMEOUT_S", "60").env_remove("CONFLUX_ALGO");
-    let out =
-        wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(240)).0;
-    let t = text(&out);
-    assert!(out.status.success(), "bench failed ({}):\n{t}", out.status);
+    let (csv_arg, svg_arg) = (csv.to_str().unwrap(), svg.to_str().unwrap());
+    let t = bench_ok(&[&args[..], &[csv_arg, "--plot", svg_arg]].concat(), Duration::from_secs(240));
 
     // One CSV row per operation, size and algorithm (auto included), each checked, each with
     // one time per round.
@@ -131,13 +138,8 @@ fn every_algorithm_side_by_side_with_the_auto_report_csv_and_plot() {
 /// sendrecv) skips that operation and measures the others.
 #[test]
 fn an_algorithm_list_that_serves_only_some_operations_measures_those() {
-    let mut cmd = Command::new(CONFLUX);
-    cmd.args(["bench", "all", "-n", "2", "-e", "64", "--iters", "2", "--algo", "ring", "--check"])
-        .env("CONFLUX_TIMEOUT_S", "60");
-    let out =
-        wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
-    let t = text(&out);
-    assert!(out.status.success(), "bench failed ({}):\n{t}", out.status);
+    let args = ["bench", "all", "-n", "2", "-e", "64", "--iters", "2", "--algo", "ring", "--check"];
+    let t = bench_ok(&args, Duration::from_secs(120));
     let rows = |op: &str| {
         t.lines()
             .skip_while(|l| *l != format!("# {op}"))
@@ -158,14 +160,8 @@ fn an_algorithm_list_that_serves_only_some_operations_measures_those() {
 /// algorithm's in-place result checks out (world size 3: not a power of two).
 #[test]
 fn in_place_all_reduce_is_checked_for_every_algorithm() {
-    let mut cmd = Command::new(CONFLUX);
-    cmd.args(["bench", "all_reduce", "-n", "3", "-e", "64K", "-f", "32", "--iters", "3", "--algo", "all", "--inplace"])
-        .args(["--check", "-d", "bf16"])
-        .env("CONFLUX_TIMEOUT_S", "60");
-    let out =
-        wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
-    let t = text(&out);
-    assert!(out.status.success(), "bench failed ({}):\n{t}", out.status);
+    let args = ["bench", "all_reduce", "-n", "3", "-e", "64K", "-f", "32", "--iters", "3", "--algo", "all"];
+    let t = bench_ok(&[&args[..], &["--inplace", "--check", "-d", "bf16"]].concat(), Duration::from_secs(120));
     assert!(t.contains("all_reduce in place"), "{t}");
     let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#') && l.split_whitespace().count() == 10).collect();
     // 8 B, 256 B, 8 KiB (direct's small path) and the 64 K cap not reached: 3 sizes, each

@@ -185,11 +185,9 @@ pub fn measure<T: Num>(
         return Ok(Vec::new());
     }
     let auto = list.iter().position(Option::is_none);
-    let most = if args.report_auto && auto.is_some() && algos > 1 {
-        args.max_rounds.unwrap_or(4 * rounds).max(rounds)
-    } else {
-        rounds
-    };
+    // Extra rounds only serve the report, and only where auto has a forced algorithm to be
+    // held against (`undecided` says no otherwise).
+    let most = if args.report_auto { args.max_rounds.unwrap_or(4 * rounds).max(rounds) } else { rounds };
     // Microseconds per call, by algorithm and round.
     let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); algos];
     loop {
