@@ -11,14 +11,22 @@
 //! same one on every node; unset, the job runs unauthenticated, as torchrun's does, after a
 //! warning (refusing would break every multi-node script written for torchrun).
 //!
-//! Binding (`CONFLUX_BIND=core`, `binding`): each rank bound to one core, consecutive local
+//! Binding (`CONFLUX_BIND`, `binding`): `core` binds each rank to one core, consecutive local
 //! ranks sharing one when there are more ranks than cores (0-1 on the first of 2 cores, 2-3 on
-//! the second). Off by default, as torchrun leaves placement to the kernel: on this project's
-//! 2-core machine it helped at 2 ranks per core and hurt at 4. At 4 ranks, `bench all --algo
-//! all` was >15% faster in 23-24 of 73 operation x size cells and >15% slower in 5; broadcast
-//! of 512 KiB by tree took 82-86 us bound against 114-123 unbound, and run-to-run flips of the
-//! fastest algorithm (tree or chain) stopped. At 8 ranks 14-23 cells were >15% slower and 1-5
-//! faster: four ranks held to one core cannot spill onto the other when it idles.
+//! the second); `none` leaves placement to the kernel, as torchrun does. The default, `auto`,
+//! binds only when the ranks outnumber the cores at most twice over, where measurement on this
+//! project's 2-core machine favoured it:
+//! - At 4 ranks, `bench all --algo all` was >15% faster bound in 23-24 of 73 operation x size
+//!   cells and >15% slower in 5; broadcast of 512 KiB by tree took 82-86 us bound against
+//!   114-123 unbound. At 3 ranks (two on one core, one alone), auto's collectives were >15%
+//!   faster in 17 of 72 cells and slower in 4.
+//! - Unbound, which two of the 4 ranks share a core is the kernel's choice and changes from run
+//!   to run, and with it whether tree or chain is the faster reduce and broadcast (by up to
+//!   35%). Bound in blocks, the pairs that share a core are 0-1 and 2-3, the placement where
+//!   both do best, so the cost model's choice holds in every run.
+//! - At 8 ranks 14-23 cells were >15% slower bound and 1-5 faster: four ranks held to one core
+//!   cannot spill onto the other when it idles. With a core or more per rank there is no pair to
+//!   place, and the kernel's freedom to move a rank off a busy core is worth more.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -153,9 +161,12 @@ struct Rank {
 /// The CPU local rank `local` of `ranks` is bound to, if any (see the module's doc): ranks
 /// spread in blocks over `cpus`, so consecutive ranks share a core when there are more ranks.
 fn binding(bind: conflux::config::Bind, local: usize, ranks: usize, cpus: &[usize]) -> Option<usize> {
+    use conflux::config::Bind;
+    let oversubscribed_at_most_twice = ranks > cpus.len() && ranks <= 2 * cpus.len();
     match bind {
-        conflux::config::Bind::Off => None,
-        conflux::config::Bind::Core => cpus.get(local * cpus.len() / ranks.max(1)).copied(),
+        Bind::Off => None,
+        Bind::Auto if !oversubscribed_at_most_twice => None,
+        Bind::Core | Bind::Auto => cpus.get(local * cpus.len() / ranks.max(1)).copied(),
     }
 }
 
@@ -378,4 +389,32 @@ pub fn free_port(addr: &str) -> Result<u16, LaunchError> {
 fn new_run_id() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{:x}{:x}", std::process::id(), nanos & 0xffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::binding;
+    use conflux::config::Bind;
+
+    fn cpus_of(bind: Bind, ranks: usize, cpus: &[usize]) -> Vec<Option<usize>> {
+        (0..ranks).map(|local| binding(bind, local, ranks, cpus)).collect()
+    }
+
+    #[test]
+    fn core_binds_consecutive_ranks_in_blocks_over_the_allowed_cpus() {
+        assert_eq!(cpus_of(Bind::Core, 4, &[0, 1]), [Some(0), Some(0), Some(1), Some(1)]);
+        assert_eq!(cpus_of(Bind::Core, 2, &[4, 6]), [Some(4), Some(6)]);
+        assert_eq!(cpus_of(Bind::Core, 8, &[0, 1]), [Some(0); 4].into_iter().chain([Some(1); 4]).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn auto_binds_only_when_the_ranks_outnumber_the_cores_at_most_twice() {
+        assert_eq!(cpus_of(Bind::Auto, 4, &[0, 1]), cpus_of(Bind::Core, 4, &[0, 1]));
+        assert_eq!(cpus_of(Bind::Auto, 3, &[0, 1]), cpus_of(Bind::Core, 3, &[0, 1]));
+        assert_eq!(cpus_of(Bind::Auto, 2, &[0, 1]), [None, None]);
+        assert_eq!(cpus_of(Bind::Auto, 5, &[0, 1]), [None; 5]);
+        assert_eq!(cpus_of(Bind::Auto, 8, &[0, 1]), [None; 8]);
+        assert_eq!(cpus_of(Bind::Auto, 16, &[0, 1, 2, 3, 4, 5, 6, 7]), cpus_of(Bind::Core, 16, &[0, 1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(cpus_of(Bind::Off, 4, &[0, 1]), [None; 4]);
+    }
 }

@@ -216,16 +216,19 @@ pub fn job_token_from_env() -> Option<Token> {
 /// How `conflux run` binds the ranks it starts to cores (`CONFLUX_BIND`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bind {
-    /// Never: the kernel places the ranks, as torchrun leaves them (the default).
+    /// Never: the kernel places the ranks, as torchrun leaves them.
     Off,
     /// Each rank to one core, consecutive ranks sharing one when there are more ranks.
     Core,
+    /// As `Core` when the ranks outnumber the cores at most twice over, else as `Off` (the default).
+    Auto,
 }
 
-/// `CONFLUX_BIND`: `none` (or unset) or `core`.
+/// `CONFLUX_BIND`: `auto` (or unset), `none` or `core`.
 pub fn bind_from_env() -> Result<Bind> {
     match var("CONFLUX_BIND").as_deref() {
-        None | Some("none") => Ok(Bind::Off),
+        None | Some("auto") => Ok(Bind::Auto),
+        Some("none") => Ok(Bind::Off),
         Some("core") => Ok(Bind::Core),
         Some(v) => Err(bad("CONFLUX_BIND", v)),
     }
