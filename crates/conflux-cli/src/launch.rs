@@ -414,7 +414,10 @@ mod tests {
         assert_eq!(cpus_of(Bind::Auto, 2, &[0, 1]), [None, None]);
         assert_eq!(cpus_of(Bind::Auto, 5, &[0, 1]), [None; 5]);
         assert_eq!(cpus_of(Bind::Auto, 8, &[0, 1]), [None; 8]);
-        assert_eq!(cpus_of(Bind::Auto, 16, &[0, 1, 2, 3, 4, 5, 6, 7]), cpus_of(Bind::Core, 16, &[0, 1, 2, 3, 4, 5, 6, 7]));
+        assert_eq!(
+            cpus_of(Bind::Auto, 16, &[0, 1, 2, 3, 4, 5, 6, 7]),
+            cpus_of(Bind::Core, 16, &[0, 1, 2, 3, 4, 5, 6, 7])
+        );
         assert_eq!(cpus_of(Bind::Off, 4, &[0, 1]), [None; 4]);
     }
 }

@@ -87,6 +87,9 @@ impl<'a, T: Num> Case<'a, T> {
     }
 
     fn once(&mut self, h: &Communicator) -> conflux::Result<()> {
+        if self.op == "sendrecv" {
+            return self.sendrecv(h);
+        }
         let (send, recv, redop, root) = (&self.send, &mut self.recv, self.redop, self.root);
         match self.op {
             "all_reduce" if self.args.inplace => h.all_reduce(recv, redop),
@@ -96,18 +99,23 @@ impl<'a, T: Num> Case<'a, T> {
             "broadcast" => h.broadcast(recv, root),
             "all_to_all" => h.all_to_all(send, recv),
             "reduce" => h.reduce_into(send, recv, redop, root),
-            "sendrecv" => {
-                let n = self.size;
-                if n == 1 {
-                    recv.copy_from_slice(send);
-                    return Ok(());
-                }
-                let w = h.send_async(send.clone(), (self.rank + 1) % n, 0);
-                h.recv(recv, (self.rank + n - 1) % n, 0)?;
-                w.wait().map(|_| ())
-            }
             _ => unreachable!("checked in main"),
         }
+    }
+
+    /// Every rank sends to the next and receives from the one before, as a pipeline stage
+    /// does: the send posted (torch's isend) and handed back by its Work, so that no copy of the
+    /// buffer is timed, the receive blocking.
+    fn sendrecv(&mut self, h: &Communicator) -> conflux::Result<()> {
+        let n = self.size;
+        if n == 1 {
+            self.recv.copy_from_slice(&self.send);
+            return Ok(());
+        }
+        let w = h.send_async(std::mem::take(&mut self.send), (self.rank + 1) % n, 0);
+        let received = h.recv(&mut self.recv, (self.rank + n - 1) % n, 0);
+        self.send = w.wait()?;
+        received
     }
 
     /// Wrong elements of this rank's output, against `verify`'s exact expectations.

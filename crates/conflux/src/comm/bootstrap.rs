@@ -194,7 +194,8 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     let monitor = store.monitor(at.world[rank], at.channel)?;
     let oversubscribed = local_ranks.len() > node_cores(&peers, &local_ranks);
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
-    let mut waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed);
+    let mut waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed)
+        .map_err(|e| Error::setup("creating the waiter's eventfd", e))?;
     waiter.seg_ranks = local_ranks.clone();
     waiter.me = at.world[rank];
 

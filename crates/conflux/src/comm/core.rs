@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::recorder::Recorder;
 use crate::transport::wait::Waiter;
-use crate::transport::{Segment, Transport};
+use crate::transport::Transport;
 
 /// How urgently an operation should run relative to others of its communicator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,8 +47,6 @@ pub(crate) struct Lane {
     pub plan: Plan,
     pub engine: Arc<Engine>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    /// This host's segment and our index in it, so abort can wake a sleeping engine.
-    doorbell: Option<(Arc<Segment>, usize)>,
 }
 
 pub(crate) struct Core {
@@ -97,7 +95,8 @@ impl Core {
             let (mut transport, local_ranks) = match &session.store {
                 None => {
                     let waiter =
-                        Waiter::new(None, 0, Vec::new(), None, world.clone(), abort.clone(), Duration::ZERO, false);
+                        Waiter::new(None, 0, Vec::new(), None, world.clone(), abort.clone(), Duration::ZERO, false)
+                            .map_err(|e| Error::setup("creating the waiter's eventfd", e))?;
                     (Transport::new(rank, 1, vec![None], waiter), vec![rank])
                 }
                 Some((store, store_addr)) => {
@@ -121,11 +120,10 @@ impl Core {
             let label = format!("communicator {prefix:?}, {} lane", if lane == 0 { "normal" } else { "high-priority" });
             let stem = format!("{prefix}-lane{lane}");
             transport.recorder = Arc::new(Recorder::new(world[rank], label, &stem, config.dump_dir.clone()));
-            let doorbell = transport.waiter.seg.clone().map(|s| (s, transport.waiter.me_local));
             let (engine, thread) = Engine::start(transport, world[rank], lane)?;
             let deterministic = config.deterministic;
             let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, call_algo: None, deterministic };
-            lanes.push(Lane { plan, engine, thread: Mutex::new(Some(thread)), doorbell });
+            lanes.push(Lane { plan, engine, thread: Mutex::new(Some(thread)) });
         }
         tracing::info!(prefix, rank, size, local_size, "communicator ready");
         Ok(Core {
@@ -170,11 +168,9 @@ impl Core {
             let me = self.world[self.rank];
             self.session.report(me, &format!("aborted by rank {me}"));
         }
-        // An engine may be asleep on its doorbell; sockets are polled in short slices.
+        // An engine may be asleep on its doorbell or its sockets.
         for lane in &self.lanes {
-            if let Some((seg, me)) = &lane.doorbell {
-                Waiter::wake_self(seg, *me);
-            }
+            lane.engine.wake();
         }
     }
 

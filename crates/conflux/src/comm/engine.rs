@@ -5,14 +5,23 @@
 //! thread; a blocking operation runs on its caller's thread once its ticket comes up, so a
 //! small blocking collective pays no thread hand-off and its buffers never cross threads.
 //! The engine thread sleeps on a condition variable when it has nothing to run.
+//!
+//! Between operations the engine thread drives posted sends and receives, holding the
+//! transport, and may sleep inside it until a peer moves. A blocking operation whose turn has
+//! come must not wait for that: the engine cuts its driving short as soon as the next ticket is
+//! an inline one, and the caller wakes it (`SelfWake`) if it sleeps; the engine then leaves the
+//! transport alone until that operation has finished, which itself drives the posted transfers
+//! while it waits. Without this a send posted before a blocking receive (pipeline parallelism's
+//! pattern) kept the receive off the transport for whole driving slices.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::transport::recorder::Recorder;
+use crate::transport::wait::SelfWake;
 use crate::transport::Transport;
 
 type Job = Box<dyn FnOnce(&mut Transport) + Send>;
@@ -34,6 +43,15 @@ struct Queue {
     /// lets a finishing operation skip the wake-up system call when nobody waits, which is
     /// most of the cost of a small blocking collective.
     turn_waiters: usize,
+    /// The engine thread waits on `work` for an inline operation to finish.
+    parked: bool,
+}
+
+impl Queue {
+    /// The next operation to run was issued inline: its ticket is due and no job holds it.
+    fn inline_is_next(&self) -> bool {
+        self.finished < self.issued && self.jobs.front().is_none_or(|(t, _)| *t != self.finished)
+    }
 }
 
 pub(crate) struct Engine {
@@ -44,6 +62,8 @@ pub(crate) struct Engine {
     work: Condvar,
     transport: Mutex<Transport>,
     recorder: Arc<Recorder>,
+    /// Wakes the engine thread when it sleeps inside the transport.
+    waker: SelfWake,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -62,10 +82,12 @@ impl Engine {
                 jobs: VecDeque::new(),
                 stopping: false,
                 turn_waiters: 0,
+                parked: false,
             }),
             turn: Condvar::new(),
             work: Condvar::new(),
             recorder: transport.recorder.clone(),
+            waker: transport.waiter.self_wake(),
             transport: Mutex::new(transport),
         });
         let e = engine.clone();
@@ -89,6 +111,13 @@ impl Engine {
                 self.finished(&mut q);
                 continue;
             }
+            if q.inline_is_next() {
+                // Its caller takes the transport; `finished` wakes this thread afterwards.
+                q.parked = true;
+                q = self.work.wait(q).unwrap_or_else(|p| p.into_inner());
+                q.parked = false;
+                continue;
+            }
             // Posted sends and receives move while nothing else runs. Only jobs on this thread
             // post them, so none can appear while it looks.
             drop(q);
@@ -96,7 +125,7 @@ impl Engine {
                 let mut t = lock(&self.transport);
                 let busy = t.has_posted();
                 if busy {
-                    t.drive_posted(POSTED_SLICE);
+                    t.drive_posted(POSTED_SLICE, || lock(&self.queue).inline_is_next());
                 }
                 busy
             };
@@ -117,7 +146,7 @@ impl Engine {
         if q.turn_waiters > 0 {
             self.turn.notify_all();
         }
-        if !q.jobs.is_empty() {
+        if !q.jobs.is_empty() || q.parked {
             self.work.notify_one();
         }
     }
@@ -144,9 +173,73 @@ impl Engine {
             q.turn_waiters -= 1;
         }
         drop(q);
-        let r = f(&mut lock(&self.transport));
+        let r = f(&mut self.take_transport());
         self.finished(&mut lock(&self.queue));
         r
+    }
+
+    /// Runs `job` at once on this thread when nothing else is pending, sparing the hand-off to
+    /// the engine thread (posting a send or receive: two wake-ups on an oversubscribed host
+    /// cost tens of microseconds), else queues it as `submit` does. Either way the engine
+    /// thread drives whatever posted transfers the job leaves unfinished.
+    pub fn run_now_or_submit(&self, what: String, job: Job) {
+        let mut q = lock(&self.queue);
+        if q.finished != q.issued {
+            drop(q);
+            return self.submit(what, job);
+        }
+        q.issued += 1;
+        drop(q);
+        let mut t = self.take_transport();
+        job(&mut t);
+        let pending = t.has_posted();
+        drop(t);
+        let mut q = lock(&self.queue);
+        self.finished(&mut q);
+        if pending {
+            self.work.notify_one();
+        }
+    }
+
+    /// Drives posted transfers on this thread until `done()`, as MPI_Wait progresses its
+    /// request, instead of sleeping until the engine thread has finished the transfer and woken
+    /// this one. Only while nothing else is issued: it returns at once when operations are
+    /// pending, and gives up as soon as another one is issued, which the engine thread must be
+    /// free to run (a peer may need it before it sends what this thread waits for).
+    pub fn drive_until(&self, done: impl Fn() -> bool) {
+        let mut q = lock(&self.queue);
+        if q.finished != q.issued {
+            return;
+        }
+        let mine = q.issued;
+        q.issued += 1;
+        drop(q);
+        let mut t = self.take_transport();
+        let give_up = || done() || lock(&self.queue).issued > mine + 1;
+        while t.has_posted() && !give_up() {
+            t.drive_posted(POSTED_SLICE, give_up);
+        }
+        let pending = t.has_posted();
+        drop(t);
+        let mut q = lock(&self.queue);
+        self.finished(&mut q);
+        if pending {
+            self.work.notify_one();
+        }
+    }
+
+    /// The transport, for the inline operation whose turn it is.
+    fn take_transport(&self) -> MutexGuard<'_, Transport> {
+        match self.transport.try_lock() {
+            Ok(t) => t,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // The engine thread is driving posted transfers and sees our turn between passes;
+                // if it sleeps, it would see it only at the end of its slice.
+                self.waker.wake();
+                lock(&self.transport)
+            }
+        }
     }
 
     /// Waits until every operation issued so far has finished, up to `timeout`.
@@ -171,6 +264,11 @@ impl Engine {
         self.work.notify_all();
     }
 
+    /// Wakes the engine thread if it sleeps inside the transport (abort).
+    pub fn wake(&self) {
+        self.waker.wake();
+    }
+
     /// The transport, for setup and teardown work outside any operation.
     pub fn transport(&self) -> MutexGuard<'_, Transport> {
         lock(&self.transport)
@@ -181,6 +279,9 @@ impl Engine {
 pub struct Work<T> {
     state: Slot<T>,
     what: String,
+    /// For a posted send or receive: the engine whose transport carries it, so that `wait`
+    /// can drive it on the waiting thread.
+    driver: Option<Weak<Engine>>,
 }
 
 /// The engine's end of a `Work`. Dropped without completing (its job panicked, or never ran
@@ -231,7 +332,13 @@ impl<T> Drop for Completer<T> {
 impl<T> Work<T> {
     pub(crate) fn new(what: String) -> (Work<T>, Completer<T>) {
         let state = Arc::new((Mutex::new(Done { result: None, callback: None }), Condvar::new()));
-        (Work { state: state.clone(), what }, Completer(Some(state)))
+        (Work { state: state.clone(), what, driver: None }, Completer(Some(state)))
+    }
+
+    /// Lets `wait` drive the transfer on `engine`'s transport itself (see `Engine::drive_until`).
+    pub(crate) fn driven_by(mut self, engine: &Arc<Engine>) -> Work<T> {
+        self.driver = Some(Arc::downgrade(engine));
+        self
     }
 
     /// What the operation is, as errors name it.
@@ -259,6 +366,9 @@ impl<T> Work<T> {
 
     /// Waits for the operation and returns its result. The operation's own deadline bounds this.
     pub fn wait(self) -> Result<T> {
+        if let Some(engine) = self.driver.as_ref().and_then(Weak::upgrade) {
+            engine.drive_until(|| self.is_completed());
+        }
         let (m, cv) = &*self.state;
         let mut g = lock(m);
         loop {

@@ -547,15 +547,17 @@ impl Communicator {
 
     fn post<B: Buffer>(&self, what: String, buf: B, peer: usize, tag: u32, send: bool) -> Work<B> {
         let (work, done) = Work::new(what.clone());
+        let work = work.driven_by(&self.lane().engine);
         if let Err(e) = self.usable().and_then(|_| self.check_peer(peer)) {
             done.complete(Err(e));
             return work;
         }
         let deadline = Instant::now() + self.timeout();
         let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, _| b });
-        self.lane()
-            .engine
-            .submit(what, Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))));
+        self.lane().engine.run_now_or_submit(
+            what,
+            Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))),
+        );
         work
     }
 

@@ -247,7 +247,8 @@ impl Transport {
         e
     }
 
-    /// Posts a background transfer (see `posted.rs`); a broken transport fails it at once.
+    /// Posts a background transfer (see `posted.rs`) and makes one progress pass, which
+    /// finishes a send that fits the link's buffer at once; a broken transport fails it at once.
     pub(crate) fn post(&mut self, p: Posted) {
         if let Some(e) = &self.broken {
             p.buf.finish(Err(e.clone()));
@@ -255,6 +256,9 @@ impl Transport {
             p.buf.finish(Err(LinkError::Io { peer: p.peer, detail: "no link to this rank".into() }));
         } else {
             self.posted.push(p);
+            if let Err(e) = self.progress_posted() {
+                self.fail(e);
+            }
         }
     }
 
@@ -268,11 +272,16 @@ impl Transport {
     }
 
     /// Drives posted transfers for up to `slice` (the engine's idle work); returns early when
-    /// none is left.
-    pub(crate) fn drive_posted(&mut self, slice: Duration) {
+    /// none is left, or when `give_up()` says an operation is waiting for the transport (its
+    /// waker ends a sleep here, see `wait::SelfWake`).
+    pub(crate) fn drive_posted(&mut self, slice: Duration, give_up: impl Fn() -> bool) {
         let end = Instant::now() + slice;
         let mut idle = Idle::default();
         loop {
+            if give_up() {
+                idle.progressed(&self.waiter);
+                return;
+            }
             let r = self.progress_posted();
             let progressed = match r {
                 Ok(p) => p,

@@ -9,6 +9,11 @@
 //! sees `sleeping`, or the sleeper's last check sees the new condition. The bump makes a
 //! sleeper that has not yet reached futex_wait return at once. Wakers pay no system call while
 //! nobody sleeps, which is the common case when ranks have a core each.
+//!
+//! Waking oneself (`SelfWake`). Another thread of this process sometimes needs a sleeping
+//! waiter up at once: an abort, or an operation that wants the transport the engine thread
+//! holds while it sleeps between posted transfers. It bumps this rank's doorbell (a futex
+//! sleeper) and writes an eventfd that every socket sleep polls as well.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
@@ -74,6 +79,27 @@ pub(crate) struct Waiter {
     pub(crate) calls: Calls,
     /// The last error came from the store, which names root causes itself: nothing to explain.
     from_store: bool,
+    /// Polled by socket sleeps, so that `SelfWake` ends them.
+    wake_fd: Arc<OwnedFd>,
+}
+
+/// Wakes one rank's waiter from another thread of its process (see the module's doc).
+#[derive(Clone)]
+pub(crate) struct SelfWake {
+    bell: Option<(Arc<Segment>, usize)>,
+    fd: Arc<OwnedFd>,
+}
+
+impl SelfWake {
+    pub fn wake(&self) {
+        if let Some((seg, me_local)) = &self.bell {
+            let bell = seg.u32_at(seg.layout.doorbell(*me_local));
+            bell.fetch_add(1, Ordering::Release);
+            let _ = futex::wake(bell, futex::Flags::empty(), i32::MAX as u32);
+        }
+        // Non-blocking: a counter already at its limit has a wake-up pending anyway.
+        let _ = rustix::io::write(&*self.fd, &1u64.to_ne_bytes());
+    }
 }
 
 /// A socket the waiter should watch, and for what.
@@ -96,8 +122,10 @@ impl Waiter {
         abort: Arc<AtomicBool>,
         spin: Duration,
         yield_while_spinning: bool,
-    ) -> Waiter {
-        Waiter {
+    ) -> std::io::Result<Waiter> {
+        use rustix::event::{eventfd, EventfdFlags};
+        let wake_fd = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
+        Ok(Waiter {
             seg,
             me_local,
             pidfds,
@@ -115,7 +143,13 @@ impl Waiter {
             me: usize::MAX,
             calls: Calls::default(),
             from_store: false,
-        }
+            wake_fd,
+        })
+    }
+
+    /// A handle that wakes this waiter from another thread.
+    pub fn self_wake(&self) -> SelfWake {
+        SelfWake { bell: self.seg.clone().map(|s| (s, self.me_local)), fd: self.wake_fd.clone() }
     }
 
     /// Enters collective call `seq`: local peers can now compare their call with it. With
@@ -226,11 +260,16 @@ impl Waiter {
                     PollFd::from_borrowed_fd(s.fd, f)
                 })
                 .collect();
+            fds.push(PollFd::from_borrowed_fd(self.wake_fd.as_fd(), PollFlags::IN));
             if let Some(m) = &self.monitor {
                 fds.push(PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN));
             }
             let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
             let _ = poll(&mut fds, Some(&ts));
+            if fds[sockets.len()].revents().contains(PollFlags::IN) {
+                // Reset the counter; the waker's purpose (this wake-up) is served.
+                let _ = rustix::io::read(&*self.wake_fd, &mut [0u8; 8]);
+            }
             let ended = sockets.iter().zip(&fds).find(|(s, f)| s.write && f.revents().contains(PollFlags::RDHUP));
             if let Some((s, _)) = ended {
                 let detail = if self.left.iter().any(|(p, _)| *p == s.peer) { LEFT } else { ENDED };
@@ -377,13 +416,6 @@ impl Waiter {
                 }
             }
         }
-    }
-
-    /// Wakes this rank's own sleeper (used by abort from another thread).
-    pub fn wake_self(seg: &Segment, me_local: usize) {
-        let bell = seg.u32_at(seg.layout.doorbell(me_local));
-        bell.fetch_add(1, Ordering::Release);
-        let _ = futex::wake(bell, futex::Flags::empty(), i32::MAX as u32);
     }
 }
 
