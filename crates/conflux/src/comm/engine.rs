@@ -183,21 +183,8 @@ impl Engine {
     /// cost tens of microseconds), else queues it as `submit` does. Either way the engine
     /// thread drives whatever posted transfers the job leaves unfinished.
     pub fn run_now_or_submit(&self, what: String, job: Job) {
-        let mut q = lock(&self.queue);
-        if q.finished != q.issued {
-            drop(q);
-            return self.submit(what, job);
-        }
-        q.issued += 1;
-        drop(q);
-        let mut t = self.take_transport();
-        job(&mut t);
-        let pending = t.has_posted();
-        drop(t);
-        let mut q = lock(&self.queue);
-        self.finished(&mut q);
-        if pending {
-            self.work.notify_one();
+        if let Err(f) = self.run_here_if_idle(move |t, _| job(t)) {
+            self.submit(what, Box::new(move |t| f(t, 0)));
         }
     }
 
@@ -207,18 +194,26 @@ impl Engine {
     /// pending, and gives up as soon as another one is issued, which the engine thread must be
     /// free to run (a peer may need it before it sends what this thread waits for).
     pub fn drive_until(&self, done: impl Fn() -> bool) {
+        let _ = self.run_here_if_idle(|t, mine| {
+            let give_up = || done() || lock(&self.queue).issued > mine + 1;
+            while t.has_posted() && !give_up() {
+                t.drive_posted(POSTED_SLICE, give_up);
+            }
+        });
+    }
+
+    /// Runs `f` (with its ticket) on this thread if nothing is issued and unfinished, else
+    /// hands it back; the engine thread is woken for posted transfers `f` leaves pending.
+    fn run_here_if_idle<F: FnOnce(&mut Transport, u64)>(&self, f: F) -> std::result::Result<(), F> {
         let mut q = lock(&self.queue);
         if q.finished != q.issued {
-            return;
+            return Err(f);
         }
         let mine = q.issued;
         q.issued += 1;
         drop(q);
         let mut t = self.take_transport();
-        let give_up = || done() || lock(&self.queue).issued > mine + 1;
-        while t.has_posted() && !give_up() {
-            t.drive_posted(POSTED_SLICE, give_up);
-        }
+        f(&mut t, mine);
         let pending = t.has_posted();
         drop(t);
         let mut q = lock(&self.queue);
@@ -226,6 +221,7 @@ impl Engine {
         if pending {
             self.work.notify_one();
         }
+        Ok(())
     }
 
     /// The transport, for the inline operation whose turn it is.
@@ -366,7 +362,7 @@ impl<T> Work<T> {
 
     /// Waits for the operation and returns its result. The operation's own deadline bounds this.
     pub fn wait(self) -> Result<T> {
-        if let Some(engine) = self.driver.as_ref().and_then(Weak::upgrade) {
+        if let Some(engine) = self.driver.as_ref().filter(|_| !self.is_completed()).and_then(Weak::upgrade) {
             engine.drive_until(|| self.is_completed());
         }
         let (m, cv) = &*self.state;
