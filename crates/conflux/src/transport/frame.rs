@@ -128,17 +128,20 @@ impl RxState {
         sink: &mut Sink<'_>,
         budget: usize,
     ) -> Result<(bool, bool), LinkError> {
-        if matches!(self.progress, RxProgress::BetweenMessages) {
-            if let Some(data) = self.take_stashed(tag) {
-                check_len(peer, tag, data.len() as u64, sink.len())?;
-                // Whole payload of whole elements (its length equals the sink's), so all of it is taken.
-                sink.take(0, &data);
-                return Ok((true, true));
-            }
-        }
         let mut progressed = false;
         let mut moved = 0usize;
         loop {
+            // Between messages, look in the stash first, also after finishing one set aside
+            // just now (another receive's, or ours that another receive began): reading on
+            // could find the end of a stream whose last message is already in the stash.
+            if matches!(self.progress, RxProgress::BetweenMessages) && !self.stash.is_empty() {
+                if let Some(data) = self.take_stashed(tag) {
+                    check_len(peer, tag, data.len() as u64, sink.len())?;
+                    // Whole payload of whole elements (its length equals the sink's), so all of it is taken.
+                    sink.take(0, &data);
+                    return Ok((true, true));
+                }
+            }
             match &mut self.progress {
                 RxProgress::BetweenMessages => {
                     let avail = src.available()?;
@@ -410,6 +413,58 @@ pub(super) mod tests {
         while !rx.step(&mut src, 1, (COLL_BIT | 3, &Calls::default()), &mut Sink::Copy(&mut coll), 1 << 20).unwrap().1 {
         }
         assert_eq!(coll, [3; 4]);
+    }
+
+    /// A link whose peer sent `bytes` and then closed it, as a TCP stream that ended.
+    struct ThenClosed(Trickle);
+
+    impl ByteSource for ThenClosed {
+        const HEADER_SPAN: usize = HEADER;
+        fn pad(_: usize) -> usize {
+            0
+        }
+        fn available(&mut self) -> Result<&[u8], LinkError> {
+            let t = &mut self.0;
+            if t.at == t.bytes.len() {
+                return Err(LinkError::PeerGone { peer: 1, detail: "it closed its TCP connection".into() });
+            }
+            t.available()
+        }
+        fn consume(&mut self, n: usize) {
+            self.0.consume(n);
+        }
+    }
+
+    /// Two receives from one peer that sent both messages and left: each one's message is set
+    /// aside by the other, and each must find it in the stash before reading on into the end
+    /// of the stream (which was a "peer gone" error when the last message was set aside by
+    /// the receive that then read on).
+    #[test]
+    fn messages_set_aside_by_another_receive_are_found_before_the_end_of_the_stream() {
+        for step in [7, 40, 1 << 10] {
+            let mut bytes = message(COLL_BIT | 3, &[3; 20]);
+            bytes.extend(message(11, &[4; 16]));
+            let mut src = ThenClosed(Trickle { bytes, at: 0, visible: 0, step });
+            let mut rx = RxState::default();
+            let (mut coll, mut eleven) = ([0u8; 20], [0u8; 16]);
+            let (mut coll_done, mut eleven_done) = (false, false);
+            for _ in 0..100 {
+                if !eleven_done {
+                    let r = rx.step(&mut src, 1, (11, &Calls::default()), &mut Sink::Copy(&mut eleven), 1 << 20);
+                    eleven_done = r.unwrap_or_else(|e| panic!("step {step}: tag 11: {e}")).1;
+                }
+                if !coll_done {
+                    let calls = Calls::default();
+                    let r = rx.step(&mut src, 1, (COLL_BIT | 3, &calls), &mut Sink::Copy(&mut coll), 1 << 20);
+                    coll_done = r.unwrap_or_else(|e| panic!("step {step}: collective: {e}")).1;
+                }
+                if coll_done && eleven_done {
+                    break;
+                }
+            }
+            assert!(coll_done && eleven_done, "step {step}: not both received");
+            assert_eq!((coll, eleven), ([3; 20], [4; 16]));
+        }
     }
 }
 

@@ -318,7 +318,8 @@ fn scenario_p2p(comm: Communicator) -> Checker {
 
 /// A thread waiting for a posted receive drives it itself, but must not keep a collective
 /// that another thread issues meanwhile from running: here rank 1 sends only after that
-/// collective, so holding it back would hang rank 0 until its deadline.
+/// collective, so holding it back would hang rank 0 until its deadline. Rank 1 then leaves at
+/// once: its last two messages may reach rank 0 together with the end of its stream.
 fn wait_beside_a_collective(c: &mut Checker) {
     let (r, n) = (c.comm.rank(), c.comm.size());
     let comm = &c.comm;
@@ -336,9 +337,6 @@ fn wait_beside_a_collective(c: &mut Checker) {
         }
         (waiter.map(|w| w.join().expect("the waiting thread panicked")), sum)
     });
-    // No rank leaves before rank 0 has everything: over TCP a rank that leaves right after its
-    // last send can fail a receive of those very bytes (noticed, not yet mended).
-    c.ok("barrier after a waiting receive", comm.barrier());
     if let Ok(v) = &sum {
         c.expect("all_reduce beside a waiting receive", verify::first_wrong(v, |_| n as f64));
     }
