@@ -14,8 +14,8 @@
 //! Binding (`CONFLUX_BIND`, `binding`): `core` binds each rank to one core, consecutive local
 //! ranks sharing one when there are more ranks than cores (0-1 on the first of 2 cores, 2-3 on
 //! the second); `none` leaves placement to the kernel, as torchrun does. The default, `auto`,
-//! binds only when the ranks outnumber the cores at most twice over, where measurement on this
-//! project's 2-core machine favoured it:
+//! binds a one-node job only, and only when its ranks outnumber the cores at most twice over,
+//! where measurement on this project's 2-core machine favoured it:
 //! - At 4 ranks, `bench all --algo all` was >15% faster bound in 23-24 of 73 operation x size
 //!   cells and >15% slower in 5; broadcast of 512 KiB by tree took 82-86 us bound against
 //!   114-123 unbound. At 3 ranks (two on one core, one alone), auto's collectives were >15%
@@ -133,7 +133,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<(), LaunchError> {
     let mut ranks: Vec<Rank> = Vec::with_capacity(spec.nproc_per_node);
     for local in 0..spec.nproc_per_node {
         let rank = spec.node_rank * spec.nproc_per_node + local;
-        let cpu = binding(bind, local, spec.nproc_per_node, &cpus);
+        let cpu = binding(bind, local, spec.nproc_per_node, spec.nnodes, &cpus);
         match spawn(spec, rank, local, world, port, &run_id, token.as_ref(), cpu) {
             Ok(r) => ranks.push(r),
             Err(e) => {
@@ -159,14 +159,17 @@ struct Rank {
     relays: Vec<JoinHandle<()>>,
 }
 
-/// The CPU local rank `local` of `ranks` is bound to, if any (see the module's doc): ranks
-/// spread in blocks over `cpus`, so consecutive ranks share a core when there are more ranks.
-fn binding(bind: conflux::config::Bind, local: usize, ranks: usize, cpus: &[usize]) -> Option<usize> {
+/// The CPU local rank `local` of `ranks` (of a job over `nodes` nodes) is bound to, if any (see
+/// the module's doc): ranks spread in blocks over `cpus`, so consecutive ranks share a core when
+/// there are more ranks. `Auto` leaves jobs over several nodes alone: their nodes may be
+/// emulated on this one host (netns, tests), where launchers that cannot see each other would
+/// all bind their first ranks to the first core.
+fn binding(bind: conflux::config::Bind, local: usize, ranks: usize, nodes: usize, cpus: &[usize]) -> Option<usize> {
     use conflux::config::Bind;
     let oversubscribed_at_most_twice = ranks > cpus.len() && ranks <= 2 * cpus.len();
     match bind {
         Bind::Off => None,
-        Bind::Auto if !oversubscribed_at_most_twice => None,
+        Bind::Auto if !oversubscribed_at_most_twice || nodes > 1 => None,
         Bind::Core | Bind::Auto => cpus.get(local * cpus.len() / ranks.max(1)).copied(),
     }
 }
@@ -398,7 +401,7 @@ mod tests {
     use conflux::config::Bind;
 
     fn cpus_of(bind: Bind, ranks: usize, cpus: &[usize]) -> Vec<Option<usize>> {
-        (0..ranks).map(|local| binding(bind, local, ranks, cpus)).collect()
+        (0..ranks).map(|local| binding(bind, local, ranks, 1, cpus)).collect()
     }
 
     #[test]
@@ -420,5 +423,8 @@ mod tests {
             cpus_of(Bind::Core, 16, &[0, 1, 2, 3, 4, 5, 6, 7])
         );
         assert_eq!(cpus_of(Bind::Off, 4, &[0, 1]), [None; 4]);
+        // Nodes of a job may share this host: auto binds only a one-node job; core binds all.
+        assert_eq!((0..4).map(|l| binding(Bind::Auto, l, 4, 2, &[0, 1])).collect::<Vec<_>>(), [None; 4]);
+        assert_eq!(binding(Bind::Core, 3, 4, 2, &[0, 1]), Some(1));
     }
 }

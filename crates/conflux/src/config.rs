@@ -220,7 +220,8 @@ pub enum Bind {
     Off,
     /// Each rank to one core, consecutive ranks sharing one when there are more ranks.
     Core,
-    /// As `Core` when the ranks outnumber the cores at most twice over, else as `Off` (the default).
+    /// As `Core` for a one-node job whose ranks outnumber the cores at most twice over, else as
+    /// `Off` (the default).
     Auto,
 }
 

@@ -15,6 +15,7 @@
 //! pattern) kept the receive off the transport for whole driving slices.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -48,9 +49,14 @@ struct Queue {
 }
 
 impl Queue {
+    /// The next operation to run is a queued job.
+    fn job_is_next(&self) -> bool {
+        self.jobs.front().is_some_and(|(t, _)| *t == self.finished)
+    }
+
     /// The next operation to run was issued inline: its ticket is due and no job holds it.
     fn inline_is_next(&self) -> bool {
-        self.finished < self.issued && self.jobs.front().is_none_or(|(t, _)| *t != self.finished)
+        self.finished < self.issued && !self.job_is_next()
     }
 }
 
@@ -64,6 +70,8 @@ pub(crate) struct Engine {
     recorder: Arc<Recorder>,
     /// Wakes the engine thread when it sleeps inside the transport.
     waker: SelfWake,
+    /// The engine thread is driving posted transfers (and may sleep inside the transport).
+    driving: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -88,6 +96,7 @@ impl Engine {
             work: Condvar::new(),
             recorder: transport.recorder.clone(),
             waker: transport.waiter.self_wake(),
+            driving: AtomicBool::new(false),
             transport: Mutex::new(transport),
         });
         let e = engine.clone();
@@ -101,8 +110,7 @@ impl Engine {
     fn serve(&self) {
         let mut q = lock(&self.queue);
         loop {
-            let ready = q.jobs.front().is_some_and(|(t, _)| *t == q.finished);
-            if ready {
+            if q.job_is_next() {
                 let (ticket, job) = q.jobs.pop_front().expect("front exists");
                 drop(q);
                 self.recorder.dequeued(ticket);
@@ -118,19 +126,24 @@ impl Engine {
                 q.parked = false;
                 continue;
             }
-            // Posted sends and receives move while nothing else runs. Only jobs on this thread
-            // post them, so none can appear while it looks.
+            // Posted sends and receives move while nothing else runs, until an operation is
+            // due. The queue is locked again before the transport is let go: a thread that
+            // posts meanwhile (`run_here_if_idle`) notifies under the queue's lock, so its
+            // notice cannot fall between this look and the wait below.
             drop(q);
-            let busy = {
-                let mut t = lock(&self.transport);
-                let busy = t.has_posted();
-                if busy {
-                    t.drive_posted(POSTED_SLICE, || lock(&self.queue).inline_is_next());
-                }
-                busy
-            };
+            let mut t = lock(&self.transport);
+            if t.has_posted() {
+                self.driving.store(true, Ordering::SeqCst);
+                t.drive_posted(POSTED_SLICE, || {
+                    let q = lock(&self.queue);
+                    q.inline_is_next() || q.job_is_next()
+                });
+                self.driving.store(false, Ordering::SeqCst);
+            }
+            let busy = t.has_posted();
             q = lock(&self.queue);
-            if busy || q.jobs.front().is_some_and(|(t, _)| *t == q.finished) {
+            drop(t);
+            if busy || q.job_is_next() {
                 continue;
             }
             if q.stopping && q.jobs.is_empty() {
@@ -160,6 +173,10 @@ impl Engine {
         self.recorder.queued(t, what);
         q.jobs.push_back((t, job));
         self.work.notify_one();
+        if self.driving.load(Ordering::SeqCst) {
+            // It drives posted transfers and may sleep inside the transport until they move.
+            self.waker.wake();
+        }
     }
 
     /// Runs `f` on this thread after everything issued before it.
@@ -173,8 +190,9 @@ impl Engine {
             q.turn_waiters -= 1;
         }
         drop(q);
+        let done = TicketDone { engine: self, wake_engine: false };
         let r = f(&mut self.take_transport());
-        self.finished(&mut lock(&self.queue));
+        drop(done);
         r
     }
 
@@ -191,8 +209,9 @@ impl Engine {
     /// Drives posted transfers on this thread until `done()`, as MPI_Wait progresses its
     /// request, instead of sleeping until the engine thread has finished the transfer and woken
     /// this one. Only while nothing else is issued: it returns at once when operations are
-    /// pending, and gives up as soon as another one is issued, which the engine thread must be
-    /// free to run (a peer may need it before it sends what this thread waits for).
+    /// pending or the engine thread holds the transport, and gives up when another operation
+    /// is issued (within one driving slice), which the engine thread must be free to run (a
+    /// peer may need it before it sends what this thread waits for).
     pub fn drive_until(&self, done: impl Fn() -> bool) {
         let _ = self.run_here_if_idle(|t, mine| {
             let give_up = || done() || lock(&self.queue).issued > mine + 1;
@@ -202,25 +221,27 @@ impl Engine {
         });
     }
 
-    /// Runs `f` (with its ticket) on this thread if nothing is issued and unfinished, else
-    /// hands it back; the engine thread is woken for posted transfers `f` leaves pending.
+    /// Runs `f` (with its ticket) on this thread if nothing is issued and unfinished and the
+    /// transport is free, else hands it back. Never waits for the transport: the engine thread
+    /// may hold it, or this very thread (a completion callback that posts). The engine thread
+    /// is woken for posted transfers `f` leaves pending.
     fn run_here_if_idle<F: FnOnce(&mut Transport, u64)>(&self, f: F) -> std::result::Result<(), F> {
         let mut q = lock(&self.queue);
         if q.finished != q.issued {
             return Err(f);
         }
+        let mut t = match self.transport.try_lock() {
+            Ok(t) => t,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Err(f),
+        };
         let mine = q.issued;
         q.issued += 1;
         drop(q);
-        let mut t = self.take_transport();
+        let mut done = TicketDone { engine: self, wake_engine: true };
         f(&mut t, mine);
-        let pending = t.has_posted();
+        done.wake_engine = t.has_posted();
         drop(t);
-        let mut q = lock(&self.queue);
-        self.finished(&mut q);
-        if pending {
-            self.work.notify_one();
-        }
         Ok(())
     }
 
@@ -268,6 +289,24 @@ impl Engine {
     /// The transport, for setup and teardown work outside any operation.
     pub fn transport(&self) -> MutexGuard<'_, Transport> {
         lock(&self.transport)
+    }
+}
+
+/// Finishes an inline operation's ticket when dropped, also if the operation panicked, so that
+/// the operations after it still run.
+struct TicketDone<'a> {
+    engine: &'a Engine,
+    /// Notify the engine thread: posted transfers are left for it to drive.
+    wake_engine: bool,
+}
+
+impl Drop for TicketDone<'_> {
+    fn drop(&mut self) {
+        let mut q = lock(&self.engine.queue);
+        self.engine.finished(&mut q);
+        if self.wake_engine {
+            self.engine.work.notify_one();
+        }
     }
 }
 
@@ -347,9 +386,12 @@ impl<T> Work<T> {
         lock(&self.state.0).result.is_some()
     }
 
-    /// Runs `f` once the operation has finished (at once if it has): on the thread that
-    /// completes it, usually the progress engine, so `f` must be short and must not block;
-    /// hand real work to another thread. A later call replaces an earlier, not yet run, `f`.
+    /// Runs `f` once the operation has finished (at once if it has), on the thread that
+    /// completes it: the progress engine, or a thread that is posting, waiting or running a
+    /// blocking operation on this communicator, with the communicator's transport held. So `f`
+    /// must be short, must not block, and must not take a lock its caller may hold around
+    /// communicator calls; hand real work to another thread. A later call replaces an earlier,
+    /// not yet run, `f`.
     pub fn on_complete(&self, f: impl FnOnce() + Send + 'static) {
         let mut g = lock(&self.state.0);
         if g.result.is_some() {
