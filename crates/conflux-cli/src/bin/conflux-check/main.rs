@@ -45,11 +45,14 @@ impl Checker {
         }
     }
     fn ok(&mut self, what: &str, r: Result<(), Error>) -> bool {
+        self.ok_value(what, r).is_some()
+    }
+    fn ok_value<T>(&mut self, what: &str, r: Result<T, Error>) -> Option<T> {
         match r {
-            Ok(()) => true,
+            Ok(v) => Some(v),
             Err(e) => {
                 self.failed.push(format!("{what}: {e}"));
-                false
+                None
             }
         }
     }
@@ -313,7 +316,39 @@ fn scenario_p2p(comm: Communicator) -> Checker {
     }
     any_source(&mut c);
     wait_beside_a_collective(&mut c);
+    post_from_a_callback(&mut c);
     c
+}
+
+/// A completion callback may post: rank 0 answers a receive with a send from the receive's
+/// callback, which the engine thread runs (rank 0 does not wait for the receive, and rank 1
+/// sends only once the callback is set), holding the transport as it does.
+fn post_from_a_callback(c: &mut Checker) {
+    let r = c.comm.rank();
+    if r == 0 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = c.comm.with_algo(c.comm.algo());
+        let w = c.comm.recv_async(vec![0i32; 8], 1, 21);
+        w.on_complete(move || {
+            let _ = tx.send(handle.send_async(vec![5i32; 8], 1, 22));
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(sent) => {
+                c.ok("send posted from a callback", sent.wait().map(|_| ()));
+            }
+            Err(_) => c.failed.push("the receive's callback never posted its send".into()),
+        }
+        if let Some(got) = c.ok_value("receive with a callback", w.wait()) {
+            c.expect("receive with a callback", verify::first_wrong(&got, |_| 1.0));
+        }
+    } else if r == 1 {
+        std::thread::sleep(Duration::from_millis(20));
+        let sent = c.comm.send_async(vec![1i32; 8], 0, 21).wait().map(|_| ());
+        c.ok("send answered from a callback", sent);
+        if let Some(got) = c.ok_value("answer sent from a callback", c.comm.recv_async(vec![0i32; 8], 0, 22).wait()) {
+            c.expect("answer sent from a callback", verify::first_wrong(&got, |_| 5.0));
+        }
+    }
 }
 
 /// A thread waiting for a posted receive drives it itself, but must not keep a collective
