@@ -23,8 +23,8 @@
 //! - Unbound, which two of the 4 ranks share a core is the kernel's choice and changes from run
 //!   to run, and with it whether tree or chain is the faster reduce and broadcast (by up to
 //!   35%). Bound in blocks, the pairs that share a core are 0-1 and 2-3, the placement where
-//!   both do best: from 128 KiB up the tree was the faster in 31 of 32 operation x size x
-//!   run cases over four bound runs, and auto stayed within 10% of the faster in all of them
+//!   both do best: from 128 KiB up the tree was the faster in 46 of 48 operation x size x
+//!   run cases over six bound runs, and auto stayed within 10% of the faster in all of them
 //!   (below 128 KiB the two trade places from run to run by scheduling noise, bound or not).
 //! - At 8 ranks 14-23 cells were >15% slower bound and 1-5 faster: four ranks held to one core
 //!   cannot spill onto the other when it idles. With a core or more per rank there is no pair to
