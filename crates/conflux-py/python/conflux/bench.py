@@ -11,9 +11,11 @@ back, on the same buffers, so machine noise lands on both alike. Timing follows 
 warm-up, barrier, N back-to-back blocking calls timed with ``time.perf_counter``, the
 slowest rank's elapsed time (an all_reduce MAX over the gloo group) divided by N.
 algbw = size / time; busbw = algbw x the operation's factor (all_reduce 2(n-1)/n,
-all_gather, reduce_scatter and all_to_all (n-1)/n, broadcast 1). Sizes are nccl-tests':
+all_gather, reduce_scatter and all_to_all (n-1)/n, broadcast and sendrecv 1). Sizes are nccl-tests':
 all_gather's is the whole output, reduce_scatter's the whole input, all_to_all's one rank's
-whole send buffer. Rank 0 prints one table per operation with both backends and the ratio
+whole send buffer, sendrecv's the one message each rank sends to the next (isend) while it
+receives one from the rank before (irecv), both issued by ``batch_isend_irecv``, as a pipeline
+stage does. Rank 0 prints one table per operation with both backends and the ratio
 conflux busbw / gloo busbw (= gloo time / conflux time).
 """
 
@@ -33,7 +35,7 @@ import time
 import torch
 import torch.distributed as dist
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv")
 BACKENDS = ("conflux", "gloo")  # the order each size runs in
 
 DTYPES = {"float32": torch.float32, "float": torch.float32, "f32": torch.float32,
@@ -265,7 +267,7 @@ class Case:
             self.inp, self.out = torch.zeros(self.block, dtype=dtype), torch.zeros(self.count, dtype=dtype)
         elif op == "reduce_scatter":
             self.inp, self.out = torch.zeros(self.count, dtype=dtype), torch.zeros(self.block, dtype=dtype)
-        elif op == "all_to_all":
+        elif op in ("all_to_all", "sendrecv"):
             self.inp, self.out = torch.zeros(self.count, dtype=dtype), torch.zeros(self.count, dtype=dtype)
         else:
             self.inp = self.out = torch.zeros(self.count, dtype=dtype)
@@ -281,6 +283,13 @@ class Case:
             return lambda: dist.reduce_scatter_tensor(out, inp, group=group)
         if op == "broadcast":
             return lambda: dist.broadcast(out, src=0, group=group)
+        if op == "sendrecv":
+            # A pipeline stage's exchange: isend to the next rank, irecv from the one before.
+            rank, n = dist.get_rank(), self.n
+            if n == 1:
+                return lambda: out.copy_(inp)
+            ops = [dist.P2POp(dist.isend, inp, (rank + 1) % n, group), dist.P2POp(dist.irecv, out, (rank - 1) % n, group)]
+            return lambda: [w.wait() for w in dist.batch_isend_irecv(ops)]
         return lambda: dist.all_to_all_single(out, inp, group=group)
 
     # -- --check --
@@ -300,6 +309,8 @@ class Case:
             return self._cast(sum(self._input(r, self.count) for r in range(n)))
         if self.op == "broadcast":
             return self._cast(self._input(0, self.count))
+        if self.op == "sendrecv":
+            return self._cast(self._input((rank - 1) % n, self.count))
         if self.op == "all_gather":
             return self._cast(torch.cat([self._input(r, b) for r in range(n)]))
         if self.op == "reduce_scatter":
