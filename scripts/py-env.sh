@@ -18,4 +18,4 @@ if ! "$VENV/bin/python" -c "import torch, numpy, pytest, maturin" 2>/dev/null; t
 fi
 # In-tree, without build isolation: maturin reuses this workspace's target/ incrementally.
 echo "py-env: building and installing conflux (crates/conflux-py) into $VENV"
-PATH="$PWD/$VENV/bin:$PATH" "$VENV/bin/pip" install -q --no-build-isolation --no-deps ./crates/conflux-py
+PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/pip" install -q --no-build-isolation --no-deps ./crates/conflux-py

@@ -43,7 +43,7 @@ fn issue<B: Send, T: Send + 'static>(
 ) -> PyResult<Option<Work>> {
     match done {
         None => py.detach(|| blocking(buf)).map(|_| None).map_err(py_err),
-        Some(cb) => Ok(Some(Work::new(spawn(buf), Some(cb)))),
+        Some(cb) => Ok(Some(Work::new(py, spawn(buf), Some(cb)))),
     }
 }
 
@@ -238,9 +238,9 @@ impl Comm {
     /// Receives the next message with `tag` from whichever rank sends one first; always
     /// asynchronous: the Work's `source` is that rank once it completes.
     #[pyo3(signature = (buf, tag=0, done=None))]
-    fn recv_any(&self, buf: Triple, tag: u32, done: Option<Py<PyAny>>) -> PyResult<Work> {
+    fn recv_any(&self, py: Python<'_>, buf: Triple, tag: u32, done: Option<Py<PyAny>>) -> PyResult<Work> {
         let r = Region::parse(&buf)?;
-        with_dtype!(r.dtype(), T => Ok(Work::with_source(self.inner.recv_any_async(Raw::<T>::new(r)?, tag), done)))
+        with_dtype!(r.dtype(), T => Ok(Work::with_source(py, self.inner.recv_any_async(Raw::<T>::new(r)?, tag), done)))
     }
 
     #[pyo3(signature = (done=None))]

@@ -1,0 +1,136 @@
+"""Where and how often an asynchronous call's completion callback runs (`conflux._native`,
+the layer the Python API and the torch backend build on), at 2 ranks: exactly once, on the
+thread that is issuing or waiting on the call when it completes there, else on the notifier
+thread. Launched per rank by `conflux run`."""
+
+import threading
+import time
+
+import numpy as np
+
+import conflux
+from conflux.errors import CommTimeout
+from report import finish
+
+failures, checks = [], 0
+MAIN = threading.get_ident()
+
+
+def check(what, cond, detail=""):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(f"{what} {detail}")
+
+
+class Seen:
+    """A callback that records each run: the thread, and whether the call had returned yet."""
+
+    def __init__(self):
+        self.runs, self.returned, self.event = [], False, threading.Event()
+
+    def __call__(self):
+        self.runs.append((threading.get_ident(), self.returned))
+        self.event.set()
+
+
+def triple(a):
+    return a.ctypes.data, a.size, "i64"
+
+
+c = conflux.init()
+raw = c._c
+rank, n = c.rank, c.size
+assert n == 2, "this worker runs at 2 ranks"
+peer = 1 - rank
+LATE = 0.2  # how long the sender holds back a message the receiver must not have yet
+
+# 1. Sends that fit the link complete while they are issued: their callbacks run on the
+#    issuing thread before the call returns, in all but the odd case where the progress
+#    engine held the link at that moment (then the notifier runs it).
+inline, trials = 0, 100
+for k in range(trials):
+    if rank == 0:
+        buf, seen = np.full(4, k, np.int64), Seen()
+        w = raw.send(triple(buf), peer, 10, seen)
+        seen.returned = True
+        w.wait()
+        seen.event.wait(10)
+        check(f"send {k}: callback ran once", len(seen.runs) == 1, seen.runs)
+        inline += seen.runs[:1] == [(MAIN, False)]
+    else:
+        got = np.zeros(4, np.int64)
+        raw.recv(triple(got), peer, 10)
+        check(f"send {k}: data", (got == k).all(), got)
+if rank == 0:
+    check("inline sends ran their callbacks on the issuing thread", inline > 0, f"({inline} of {trials})")
+    print(f"rank 0: {inline} of {trials} inline sends ran their callback before the call returned")
+
+# 2. A receive that completes while its thread waits: the waiter runs the callback before
+#    wait() returns.
+c.barrier()
+if rank == 0:
+    got, seen = np.zeros(3, np.int64), Seen()
+    w = raw.recv(triple(got), peer, 11, seen)
+    check("recv: not completed before the peer sent", not w.is_completed())
+    w.wait()
+    check("recv waited on: callback ran once, on the waiting thread, before wait() returned",
+          seen.runs == [(MAIN, False)], seen.runs)
+    w.wait()
+    check("recv waited on twice: still once", len(seen.runs) == 1, seen.runs)
+    check("recv: data", (got == 11).all(), got)
+else:
+    time.sleep(LATE)
+    raw.send(triple(np.full(3, 11, np.int64)), peer, 11)
+
+# 3. Nobody waits: the notifier thread runs it.
+c.barrier()
+if rank == 0:
+    got, seen = np.zeros(3, np.int64), Seen()
+    w = raw.recv(triple(got), peer, 12, seen)
+    seen.returned = True
+    check("recv nobody waits on: callback ran", seen.event.wait(30))
+    check("recv nobody waits on: once, on another thread", len(seen.runs) == 1 and seen.runs[0][0] != MAIN,
+          seen.runs)
+    w.wait()
+    check("recv nobody waits on, then waited: still once", len(seen.runs) == 1, seen.runs)
+    check("recv nobody waits on: data", (got == 12).all(), got)
+else:
+    time.sleep(LATE)
+    raw.send(triple(np.full(3, 12, np.int64)), peer, 12)
+
+# 4. A wait that times out lets go: the completion after it goes to the notifier.
+c.barrier()
+if rank == 0:
+    got, seen = np.zeros(3, np.int64), Seen()
+    w = raw.recv(triple(got), peer, 13, seen)
+    try:
+        w.wait(0.01)
+        check("recv with a short timeout: timed out", False, "wait returned")
+    except CommTimeout:
+        check("recv with a short timeout: timed out", True)
+    seen.returned = True
+    check("recv after a timed-out wait: callback ran", seen.event.wait(30))
+    check("recv after a timed-out wait: once, on another thread",
+          len(seen.runs) == 1 and seen.runs[0][0] != MAIN, seen.runs)
+    w.wait()
+    check("recv after a timed-out wait: data", (got == 13).all(), got)
+else:
+    time.sleep(LATE)
+    raw.send(triple(np.full(3, 13, np.int64)), peer, 13)
+
+# 5. A callback that raises is reported on stderr; the call's own outcome stands.
+c.barrier()
+if rank == 0:
+    def boom():
+        raise RuntimeError("a callback that raises")
+    w = raw.send(triple(np.full(2, 5, np.int64)), peer, 14, boom)
+    check("send whose callback raised: wait succeeds", w.wait() is True)
+else:
+    got = np.zeros(2, np.int64)
+    raw.recv(triple(got), peer, 14)
+    check("send whose callback raised: data", (got == 5).all(), got)
+
+c.barrier()
+c.shutdown()
+finish(rank, checks, failures)
