@@ -6,6 +6,8 @@ import functools
 import warnings
 import sys
 
+import time
+
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
@@ -264,6 +266,23 @@ def async_and_functional(rank, n):
     fut = dist.all_reduce(t, async_op=True).get_future()
     res = fut.wait()
     check("future value is the output list", res[0], reduce_ref(torch.float64, R.SUM, [value(torch.float64, R.SUM, r, 100) for r in range(n)], n))
+    # The future is made on request (ConfluxWork.get_future): asked for after the call completed,
+    # it comes settled; then() callbacks chained on a pending one run once it completes.
+    t = value(torch.float64, R.SUM, rank, 100)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    fut = w.get_future()
+    check("future asked for after wait() is done", torch.tensor(float(fut.done())), torch.tensor(1.0))
+    check("future asked for after wait(): value", fut.wait()[0], reduce_ref(torch.float64, R.SUM, [value(torch.float64, R.SUM, r, 100) for r in range(n)], n))
+    if n > 1:
+        got = torch.zeros(5, dtype=torch.int64)
+        if rank == 0:
+            time.sleep(0.2)  # the receive below is still pending when its future is chained
+            dist.send(torch.full((5,), 9, dtype=torch.int64), 1)
+        elif rank == 1:
+            w = dist.irecv(got, 0)
+            doubled = w.get_future().then(lambda f: f.value()[0] * 2)
+            check("then() on a receive's future", doubled.wait(), torch.full((5,), 18, dtype=torch.int64))
     x = value(torch.float32, R.SUM, rank, 64)
     y = funcol.all_reduce(x, "sum", dist.group.WORLD)
     check("functional all_reduce", funcol.wait_tensor(y), reduce_ref(torch.float32, R.SUM, [value(torch.float32, R.SUM, r, 64) for r in range(n)], n))
