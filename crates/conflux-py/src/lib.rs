@@ -1,6 +1,7 @@
 //! `conflux._native`: the Rust side of the Python package. The public API is the Python
 //! package `conflux` (crates/conflux-py/python), which wraps this module.
 
+mod callback;
 mod comm;
 mod errors;
 mod raw;

@@ -1,25 +1,13 @@
 //! Asynchronous operations as Python sees them: a handle to wait on, and a callback run when
-//! the operation completes, whether or not anyone waits (torch's futures need that).
-//!
-//! The callback must run with the GIL, and the progress engine must never wait for the GIL
-//! (a Python thread holds it for up to the 5 ms switch interval). So whoever completes the
-//! operation only hands the callback on (`Done`): to the Python thread that is inside a call on
-//! this Work, issuing or waiting on it, which runs it on its way out with the GIL it takes back
-//! anyway; or, when there is none, to one notifier thread, which takes the GIL and runs the
-//! callbacks in the order their operations completed.
-//!
-//! The first way matters on a busy host. An isend that completes while it is issued, or an
-//! irecv that completes while its thread waits, used to wake the notifier, which then waited
-//! for the GIL while the issuing thread wanted it back: two thread hand-offs per operation,
-//! 30-100 us of a torch batch_isend_irecv of 8 bytes that the library does in 3.
+//! the operation completes, whether or not anyone waits (torch's futures need that). Which
+//! thread runs the callback is `callback.rs`'s business.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
+use crate::callback::Callback;
 use crate::errors::py_err;
 
 /// What a Work's outcome keeps of its value: the buffers are Python's, so only the rank a
@@ -65,86 +53,13 @@ enum State {
     Done(conflux::Result<Source>),
 }
 
-/// Who runs a Work's callback: a Python thread that is inside a call on the Work when the
-/// operation completes (it "holds" the Work), else the notifier thread. The states:
-/// `FREE` (nobody holds it), `HELD`, `DUE` (completed while held: the holder runs it on its
-/// way out) and `GONE` (run, or handed to the notifier). Only the completion moves `FREE` to
-/// `GONE` and `HELD` to `DUE`; only the holder moves `HELD` or `DUE` on, so exactly one of
-/// them runs the callback, once.
-struct Done {
-    state: AtomicU8,
-    callback: Mutex<Option<Py<PyAny>>>,
-}
-
-const FREE: u8 = 0;
-const HELD: u8 = 1;
-const DUE: u8 = 2;
-const GONE: u8 = 3;
-
-impl Done {
-    /// Held by the thread that is issuing the operation.
-    fn issued(callback: Py<PyAny>) -> Arc<Done> {
-        Arc::new(Done { state: AtomicU8::new(HELD), callback: Mutex::new(Some(callback)) })
-    }
-
-    fn cas(&self, from: u8, to: u8) -> bool {
-        self.state.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).is_ok()
-    }
-
-    fn take(&self) -> Option<Py<PyAny>> {
-        self.callback.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-
-    /// The operation completed (any thread, without the GIL: see the module doc). Only a
-    /// holder changes the state meanwhile, between `FREE` and `HELD`, so a retry settles it.
-    fn completed(&self) {
-        loop {
-            match self.state.load(Ordering::Acquire) {
-                HELD if self.cas(HELD, DUE) => return,
-                FREE if self.cas(FREE, GONE) => {
-                    if let Some(cb) = self.take() {
-                        // The notifier lives as long as the process; a send cannot fail.
-                        let _ = notifier().send(cb);
-                    }
-                    return;
-                }
-                HELD | FREE => continue,
-                _ => {
-                    debug_assert!(false, "a Work completed twice");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A Python thread begins a call on the Work; true if it holds it now.
-    fn hold(&self) -> bool {
-        self.cas(FREE, HELD)
-    }
-
-    /// The holder leaves its call, with the GIL: runs the callback if the operation completed
-    /// meanwhile.
-    fn release(&self, py: Python<'_>) {
-        if self.cas(HELD, FREE) {
-            return;
-        }
-        // DUE: nobody else touches the state now.
-        self.state.store(GONE, Ordering::Release);
-        if let Some(cb) = self.take() {
-            if let Err(e) = cb.call0(py) {
-                e.print(py);
-            }
-        }
-    }
-}
-
 /// The handle of one asynchronous operation.
 #[pyclass(module = "conflux._native", frozen)]
 pub struct Work {
     state: Mutex<State>,
     changed: Condvar,
     what: String,
-    done: Option<Arc<Done>>,
+    callback: Option<Arc<Callback>>,
 }
 
 impl Work {
@@ -170,15 +85,16 @@ impl Work {
         done: Option<Py<PyAny>>,
     ) -> Work {
         let what = w.what().to_string();
-        let done = done.map(Done::issued);
-        if let Some(d) = &done {
-            let d = d.clone();
-            w.on_complete(move || d.completed());
+        let callback = done.map(Callback::issued);
+        if let Some(c) = &callback {
+            let c = c.clone();
+            w.on_complete(move || c.completed());
         }
         let held = Box::new(Held { work: w, source });
-        let work = Work { state: Mutex::new(State::Pending(held)), changed: Condvar::new(), what, done };
-        if let Some(d) = &work.done {
-            d.release(py);
+        let work = Work { state: Mutex::new(State::Pending(held)), changed: Condvar::new(), what, callback };
+        // Completed while it was issued: its callback is this thread's to run.
+        if let Some(c) = work.callback.as_ref().filter(|c| c.release()) {
+            c.run_or_await(py);
         }
         work
     }
@@ -241,10 +157,13 @@ impl Work {
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         // A timeout too large for a Duration (inf) or NaN waits without one, as None does.
         let timeout = timeout.and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok());
-        let held = self.done.as_ref().filter(|d| d.hold());
+        let held = Holding::new(self.callback.as_ref());
         let outcome = py.detach(|| self.outcome(timeout));
-        if let Some(d) = held {
-            d.release(py);
+        let due = held.leave();
+        // Once it has completed, the callback has run when wait() returns (callback.rs).
+        let completed = !matches!(outcome, Err(conflux::Error::WaitTimeout { .. }));
+        if let Some(c) = self.callback.as_ref().filter(|_| due || completed) {
+            c.run_or_await(py);
         }
         outcome.map(|_| true).map_err(py_err)
     }
@@ -277,29 +196,25 @@ impl Work {
     }
 }
 
-/// The sender to the notifier thread, started on first use.
-fn notifier() -> Sender<Py<PyAny>> {
-    static TX: OnceLock<Mutex<Sender<Py<PyAny>>>> = OnceLock::new();
-    let tx = TX.get_or_init(|| {
-        let (tx, rx) = channel();
-        std::thread::Builder::new()
-            .name("conflux-notify".into())
-            .spawn(move || notify(rx))
-            .expect("cannot start the conflux notifier thread");
-        Mutex::new(tx)
-    });
-    tx.lock().unwrap_or_else(|p| p.into_inner()).clone()
+/// A wait's hold on its Work's callback (`Callback::hold`), let go by `leave`, or by the drop
+/// should the wait unwind: a callback that fell due is then handed to the notifier.
+struct Holding<'a>(Option<&'a Arc<Callback>>);
+
+impl<'a> Holding<'a> {
+    fn new(c: Option<&'a Arc<Callback>>) -> Self {
+        Holding(c.filter(|c| c.hold()))
+    }
+
+    /// Whether the operation completed while held.
+    fn leave(mut self) -> bool {
+        self.0.take().is_some_and(|c| c.release())
+    }
 }
 
-/// Runs callbacks as they come, all that are queued under one taking of the GIL.
-fn notify(rx: Receiver<Py<PyAny>>) {
-    while let Ok(first) = rx.recv() {
-        Python::attach(|py| {
-            for cb in std::iter::once(first).chain(rx.try_iter()) {
-                if let Err(e) = cb.call0(py) {
-                    e.print(py);
-                }
-            }
-        });
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take().filter(|c| c.release()) {
+            c.queue();
+        }
     }
 }

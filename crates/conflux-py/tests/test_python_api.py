@@ -12,5 +12,5 @@ def test_numpy_and_buffers(n):
 
 
 def test_completion_callbacks_run_once_on_the_thread_that_is_in_the_call():
-    out = ok(launch(WORKERS / "callbacks.py", 2))
+    out = ok(launch(WORKERS / "callbacks.py", 2, timeout=120))
     assert out.count("checks passed") == 2

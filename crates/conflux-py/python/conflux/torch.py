@@ -134,17 +134,18 @@ class ConfluxWork(dist._Work):
         self._future = None
 
     # -- building an asynchronous one, from the backend --
-    def _start(self):
+    def _start(self, operations):
         self._natives, self._finish = [], []
         self._gate = threading.Lock()
         self._gate.acquire()
-        self._left = 1  # one for the issuing thread, released by `_issued`
+        # One per operation, and one for the issuing thread, released by `_issued`. Counted up
+        # front: a callback may run on the notifier thread while later ones are being issued.
+        self._left = operations + 1
         self._lock = threading.Lock()
         self._completing = False
         self._finished = False
 
     def _callback(self, *keep):
-        self._left += 1
         return _b.Keep(*keep, then=self._one_done)
 
     def _issued(self):
@@ -174,9 +175,11 @@ class ConfluxWork(dist._Work):
         with self._lock:
             self._finished = True
             future = self._future
-        self._gate.release()
+        # Settled before the gate opens, so that a wait() that returns sees the future done;
+        # a then() callback that calls wait() passes by `_finished` and does not block on it.
         if future is not None:
             self._settle(future)
+        self._gate.release()
 
     def _settle(self, future):
         if self._error is None:
@@ -201,10 +204,11 @@ class ConfluxWork(dist._Work):
         except Exception:  # noqa: BLE001 - _complete records it for everyone
             pass
         self._complete()
-        # Another thread may be completing it (the notifier, or a second waiter).
-        if not self._gate.acquire(timeout=-1 if t is None else t):
-            raise CommTimeout(f"{self} did not complete within {t:.3f}s")
-        self._gate.release()
+        if not self._finished:
+            # Another thread is completing it (the notifier, or another waiter).
+            if not self._gate.acquire(timeout=-1 if t is None else t):
+                raise CommTimeout(f"{self} did not complete within {t:.3f}s")
+            self._gate.release()
         if self._error is not None:
             raise self._error
         return True
@@ -272,7 +276,7 @@ class ConfluxBackend(_C10dBackend):
                 if finish is not None:
                     finish()
             return work
-        work._start()
+        work._start(len(steps))
         for call, args, keep, finish in steps:
             work._natives.append(call(*args, work._callback(*keep)))
             if finish is not None:

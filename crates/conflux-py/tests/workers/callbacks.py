@@ -43,7 +43,7 @@ raw = c._c
 rank, n = c.rank, c.size
 assert n == 2, "this worker runs at 2 ranks"
 peer = 1 - rank
-LATE = 0.2  # how long the sender holds back a message the receiver must not have yet
+LATE = 1.0  # how long the sender holds back a message the receiver must not have yet
 
 # 1. Sends that fit the link complete while they are issued: their callbacks run on the
 #    issuing thread before the call returns, in all but the odd case where the progress
@@ -119,7 +119,48 @@ else:
     time.sleep(LATE)
     raw.send(triple(np.full(3, 13, np.int64)), peer, 13)
 
-# 5. A callback that raises is reported on stderr; the call's own outcome stands.
+# 5. A wait() that returns has seen the callback finish, also one the notifier is running.
+c.barrier()
+if rank == 0:
+    got, started, finished = np.zeros(3, np.int64), threading.Event(), []
+
+    def slow():
+        started.set()
+        time.sleep(0.3)
+        finished.append(threading.get_ident())
+
+    w = raw.recv(triple(got), peer, 15, slow)
+    check("slow callback: started", started.wait(30))
+    w.wait()
+    check("slow callback on the notifier: finished when wait() returned",
+          len(finished) == 1 and finished[0] != MAIN, finished)
+else:
+    time.sleep(LATE)
+    raw.send(triple(np.full(3, 15, np.int64)), peer, 15)
+
+# 6. A callback may wait on its own Work, on the waiting thread and on the notifier.
+for k, waited in enumerate([True, False]):
+    c.barrier()
+    if rank == 0:
+        got, box, seen = np.zeros(3, np.int64), [], []
+
+        def reenter():
+            seen.append(box[0].wait())
+
+        box.append(raw.recv(triple(got), peer, 16 + k, reenter))
+        if waited:
+            box[0].wait()
+        else:
+            deadline = time.monotonic() + 30
+            while not seen and time.monotonic() < deadline:
+                time.sleep(0.01)
+        check(f"callback that waits on its own Work ({'waited on' if waited else 'on the notifier'})",
+              seen == [True], seen)
+    else:
+        time.sleep(LATE)
+        raw.send(triple(np.full(3, 16 + k, np.int64)), peer, 16 + k)
+
+# 7. A callback that raises is reported on stderr; the call's own outcome stands.
 c.barrier()
 if rank == 0:
     def boom():
