@@ -274,6 +274,15 @@ def async_and_functional(rank, n):
     fut = w.get_future()
     check("future asked for after wait() is done", torch.tensor(float(fut.done())), torch.tensor(1.0))
     check("future asked for after wait(): value", fut.wait()[0], reduce_ref(torch.float64, R.SUM, [value(torch.float64, R.SUM, r, 100) for r in range(n)], n))
+    # Polling: torch leaves is_completed() False for Python backends (README), but the future
+    # turns done when the call completes, with nobody waiting.
+    t = value(torch.float64, R.SUM, rank, 100)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    deadline = time.monotonic() + 30
+    while not fut.done() and time.monotonic() < deadline:
+        time.sleep(0.0001)
+    check("future polled with done(), never waited on: done", torch.tensor(float(fut.done())), torch.tensor(1.0))
+    check("future polled with done(), never waited on: value", t, reduce_ref(torch.float64, R.SUM, [value(torch.float64, R.SUM, r, 100) for r in range(n)], n))
     if n > 1:
         got = torch.zeros(5, dtype=torch.int64)
         if rank == 0:
