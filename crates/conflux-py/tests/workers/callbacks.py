@@ -66,99 +66,93 @@ if rank == 0:
     check("inline sends ran their callbacks on the issuing thread", inline > 0, f"({inline} of {trials})")
     print(f"rank 0: {inline} of {trials} inline sends ran their callback before the call returned")
 
+def late_receive(tag, callback, then):
+    """Rank 0 posts a receive of `tag` with `callback` and runs `then(work)`; rank 1 sends the
+    message LATE seconds after both pass a barrier. The data is checked once waited for."""
+    c.barrier()
+    if rank == 0:
+        got = np.zeros(3, np.int64)
+        w = raw.recv(triple(got), peer, tag, callback)
+        then(w)
+        w.wait()
+        check(f"receive {tag}: data", (got == tag).all(), got)
+    else:
+        time.sleep(LATE)
+        raw.send(triple(np.full(3, tag, np.int64)), peer, tag)
+
+
 # 2. A receive that completes while its thread waits: the waiter runs the callback before
-#    wait() returns.
-c.barrier()
-if rank == 0:
-    got, seen = np.zeros(3, np.int64), Seen()
-    w = raw.recv(triple(got), peer, 11, seen)
+#    wait() returns, once however often it waits.
+def waited_on(w):
     check("recv: not completed before the peer sent", not w.is_completed())
     w.wait()
     check("recv waited on: callback ran once, on the waiting thread, before wait() returned",
           seen.runs == [(MAIN, False)], seen.runs)
     w.wait()
     check("recv waited on twice: still once", len(seen.runs) == 1, seen.runs)
-    check("recv: data", (got == 11).all(), got)
-else:
-    time.sleep(LATE)
-    raw.send(triple(np.full(3, 11, np.int64)), peer, 11)
 
-# 3. Nobody waits: the notifier thread runs it.
-c.barrier()
-if rank == 0:
-    got, seen = np.zeros(3, np.int64), Seen()
-    w = raw.recv(triple(got), peer, 12, seen)
-    seen.returned = True
-    check("recv nobody waits on: callback ran", seen.event.wait(30))
-    check("recv nobody waits on: once, on another thread", len(seen.runs) == 1 and seen.runs[0][0] != MAIN,
-          seen.runs)
-    w.wait()
-    check("recv nobody waits on, then waited: still once", len(seen.runs) == 1, seen.runs)
-    check("recv nobody waits on: data", (got == 12).all(), got)
-else:
-    time.sleep(LATE)
-    raw.send(triple(np.full(3, 12, np.int64)), peer, 12)
 
-# 4. A wait that times out lets go: the completion after it goes to the notifier.
-c.barrier()
-if rank == 0:
-    got, seen = np.zeros(3, np.int64), Seen()
-    w = raw.recv(triple(got), peer, 13, seen)
-    try:
-        w.wait(0.01)
-        check("recv with a short timeout: timed out", False, "wait returned")
-    except CommTimeout:
-        check("recv with a short timeout: timed out", True)
+seen = Seen()
+late_receive(11, seen, waited_on)
+
+
+# 3. Nobody waits: the notifier thread runs it. 4. Nor after a wait that timed out.
+def nobody_waits(w, after_timeout):
+    what = "after a timed-out wait" if after_timeout else "nobody waits on"
+    if after_timeout:
+        try:
+            w.wait(0.01)
+            check("recv with a short timeout: timed out", False, "wait returned")
+        except CommTimeout:
+            check("recv with a short timeout: timed out", True)
     seen.returned = True
-    check("recv after a timed-out wait: callback ran", seen.event.wait(30))
-    check("recv after a timed-out wait: once, on another thread",
-          len(seen.runs) == 1 and seen.runs[0][0] != MAIN, seen.runs)
-    w.wait()
-    check("recv after a timed-out wait: data", (got == 13).all(), got)
-else:
-    time.sleep(LATE)
-    raw.send(triple(np.full(3, 13, np.int64)), peer, 13)
+    check(f"recv {what}: callback ran", seen.event.wait(30))
+    check(f"recv {what}: once, on another thread", len(seen.runs) == 1 and seen.runs[0][0] != MAIN, seen.runs)
+
+
+for tag, after_timeout in [(12, False), (13, True)]:
+    seen = Seen()
+    late_receive(tag, seen, lambda w: nobody_waits(w, after_timeout))
+    if rank == 0:
+        check(f"recv {tag} waited on after its callback ran: still once", len(seen.runs) == 1, seen.runs)
 
 # 5. A wait() that returns has seen the callback finish, also one the notifier is running.
-c.barrier()
-if rank == 0:
-    got, started, finished = np.zeros(3, np.int64), threading.Event(), []
+started, finished = threading.Event(), []
 
-    def slow():
-        started.set()
-        time.sleep(0.3)
-        finished.append(threading.get_ident())
 
-    w = raw.recv(triple(got), peer, 15, slow)
+def slow():
+    started.set()
+    time.sleep(0.3)
+    finished.append(threading.get_ident())
+
+
+def while_slow_callback_runs(w):
     check("slow callback: started", started.wait(30))
     w.wait()
     check("slow callback on the notifier: finished when wait() returned",
           len(finished) == 1 and finished[0] != MAIN, finished)
-else:
-    time.sleep(LATE)
-    raw.send(triple(np.full(3, 15, np.int64)), peer, 15)
+
+
+late_receive(15, slow, while_slow_callback_runs)
 
 # 6. A callback may wait on its own Work, on the waiting thread and on the notifier.
 for k, waited in enumerate([True, False]):
-    c.barrier()
-    if rank == 0:
-        got, box, seen = np.zeros(3, np.int64), [], []
+    box, reentered = [], []
 
-        def reenter():
-            seen.append(box[0].wait())
+    def reenter():
+        reentered.append(box[0].wait())
 
-        box.append(raw.recv(triple(got), peer, 16 + k, reenter))
+    def then(w):
+        box.append(w)
         if waited:
-            box[0].wait()
-        else:
-            deadline = time.monotonic() + 30
-            while not seen and time.monotonic() < deadline:
-                time.sleep(0.01)
+            w.wait()
+        deadline = time.monotonic() + 30
+        while not reentered and time.monotonic() < deadline:
+            time.sleep(0.01)
         check(f"callback that waits on its own Work ({'waited on' if waited else 'on the notifier'})",
-              seen == [True], seen)
-    else:
-        time.sleep(LATE)
-        raw.send(triple(np.full(3, 16 + k, np.int64)), peer, 16 + k)
+              reentered == [True], reentered)
+
+    late_receive(16 + k, reenter, then)
 
 # 7. A callback that raises is reported on stderr; the call's own outcome stands.
 c.barrier()
