@@ -171,3 +171,18 @@ fn in_place_all_reduce_is_checked_for_every_algorithm() {
         assert_eq!(r.split_whitespace().last(), Some("0"), "wrong elements: {r}\n{t}");
     }
 }
+
+/// `--latency` times each call alone between barriers (OSU's way); the header says so and
+/// every algorithm's result still checks out.
+#[test]
+fn latency_mode_times_calls_alone_and_checks_every_algorithm() {
+    let args = ["bench", "reduce", "-n", "3", "-e", "2K", "-f", "16", "--iters", "3", "--algo", "all"];
+    let t = bench_ok(&[&args[..], &["--latency", "--check"]].concat(), Duration::from_secs(120));
+    assert!(t.contains("latency: each call timed alone between barriers"), "{t}");
+    let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#') && l.split_whitespace().count() == 10).collect();
+    // 8 B, 128 B and 2 KiB, each with ring, tree, chain and auto.
+    assert_eq!(rows.len(), 3 * 4, "{t}");
+    for r in rows {
+        assert_eq!(r.split_whitespace().last(), Some("0"), "wrong elements: {r}\n{t}");
+    }
+}

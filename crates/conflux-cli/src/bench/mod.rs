@@ -65,6 +65,12 @@ pub struct BenchArgs {
     /// the previous result again; --check starts from the input.
     #[arg(long)]
     pub inplace: bool,
+    /// Time each call on its own, the ranks meeting at a barrier (untimed) between calls, as
+    /// OSU's micro-benchmarks do, instead of back to back as nccl-tests does: what one call
+    /// costs when the ranks start it together. Back to back, a rooted operation's ranks run
+    /// ahead into the next call, and with more ranks than cores the scheduler decides how far.
+    #[arg(long)]
+    pub latency: bool,
     /// Validate every result against an independently computed expectation.
     #[arg(short = 'c', long)]
     pub check: bool,
@@ -295,13 +301,14 @@ fn memcpy_gbps() -> f64 {
 
 fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
     println!(
-        "# conflux bench: {} ranks ({} on this host), dtype {dtype}, {} iters, {} warmup, check {}{}",
+        "# conflux bench: {} ranks ({} on this host), dtype {dtype}, {} iters, {} warmup, check {}{}{}",
         comm.size(),
         comm.local_size(),
         args.iters,
         args.warmup,
         if args.check { "on" } else { "off" },
-        if args.inplace { ", all_reduce in place" } else { "" }
+        if args.inplace { ", all_reduce in place" } else { "" },
+        if args.latency { ", latency: each call timed alone between barriers" } else { "" }
     );
     println!(
         "# transport {}, algo {}, reduction kernel {}",

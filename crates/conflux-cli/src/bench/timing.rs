@@ -22,6 +22,8 @@
 //!
 //! Every batch is preceded by one untimed call, since the first call after a switch pays for
 //! the previous algorithm's cache footprint, and by a barrier; its time is the slowest rank's.
+//! With `--latency` the calls of a batch are timed one by one with an untimed barrier between
+//! them (OSU's way), so that no call overlaps the next.
 //! With `--check`, each algorithm's result is checked last, in a buffer cleared first, so an
 //! algorithm that wrote nothing cannot pass on another's result.
 
@@ -209,11 +211,22 @@ pub fn measure<T: Num>(
                     case.once(&h)?;
                 }
                 comm.barrier()?;
-                let t = Instant::now();
-                for _ in 0..batch {
-                    case.once(&h)?;
-                }
-                secs[round * algos + k] = t.elapsed().as_secs_f64() / batch as f64;
+                secs[round * algos + k] = if args.latency {
+                    let mut alone = 0.0;
+                    for _ in 0..batch {
+                        let t = Instant::now();
+                        case.once(&h)?;
+                        alone += t.elapsed().as_secs_f64();
+                        comm.barrier()?;
+                    }
+                    alone / batch as f64
+                } else {
+                    let t = Instant::now();
+                    for _ in 0..batch {
+                        case.once(&h)?;
+                    }
+                    t.elapsed().as_secs_f64() / batch as f64
+                };
             }
         }
         comm.all_reduce(&mut secs, ReduceOp::Max)?;
