@@ -44,7 +44,7 @@ def test_ddp_matches_gloo(tmp_path, n):
     assert worst <= 1e-6, f"largest relative difference from gloo: {worst}"
 
 
-@pytest.mark.parametrize("mode", ["raise", "kill", "stall"])
+@pytest.mark.parametrize("mode", ["raise", "kill", "stall", "kill_irecv"])
 def test_a_failed_rank_is_named_on_the_others(mode):
     n, victim, timeout = 3, 1, 3
     procs = spawn(WORKERS / "failure.py", n, mode, victim, *([timeout] if mode == "stall" else []))
@@ -60,6 +60,8 @@ def test_a_failed_rank_is_named_on_the_others(mode):
         _, cls, blamed, secs = line.split()
         assert cls.startswith("conflux.errors."), line
         assert blamed == str(victim), f"rank {r}: {line}\n{out}"
+        if mode == "kill_irecv":
+            assert "FUTURE " in out and "FUTURE not" not in out and "without" not in out, out
         if mode == "stall":
             # timeout= is honoured: not before it, and not much after. A survivor whose own
             # deadline has not yet fired may first hear the other survivor's report (PeerError).

@@ -132,6 +132,7 @@ class ConfluxWork(dist._Work):
         self._error = None
         self._gate = None  # while asynchronous: a Lock held until the call is complete
         self._future = None
+        self._source = None  # the Future that `_future` follows (see get_future)
 
     # -- building an asynchronous one, from the backend --
     def _start(self, operations):
@@ -174,18 +175,12 @@ class ConfluxWork(dist._Work):
             self._error = e
         with self._lock:
             self._finished = True
-            future = self._future
+            source = self._source
         # Settled before the gate opens, so that a wait() that returns sees the future done;
         # a then() callback that calls wait() passes by `_finished` and does not block on it.
-        if future is not None:
-            self._settle(future)
+        if source is not None:
+            source.set_result(self._outputs if self._error is None else self._error)
         self._gate.release()
-
-    def _settle(self, future):
-        if self._error is None:
-            future.set_result(self._outputs)
-        else:
-            future.set_exception(self._error)
 
     # -- torch's Work interface --
     def wait(self, timeout=None):
@@ -228,14 +223,20 @@ class ConfluxWork(dist._Work):
                 self._future = torch.futures.Future()
                 self._future.set_result(self._outputs)
             return self._future
-        # Made on first request; settled by `_complete`, or here if that has already run.
+        # Made on first request; `_complete` settles its source, or this does if that has run.
+        # torch's Future.set_exception marks the error on the Python wrapper only, and torch
+        # hands the future to callers (DDP, work.get_future()) in new wrappers, which would
+        # return the exception as the value. An error raised in a then() callback is the
+        # future's own, kept by torch in C++ and raised by every wrapper (as a RuntimeError
+        # carrying the message, as gloo's errors are).
         with self._lock:
             if self._future is not None:
                 return self._future
-            self._future = torch.futures.Future()
-            settle_now = self._finished
-        if settle_now:
-            self._settle(self._future)
+            self._source = torch.futures.Future()
+            self._future = self._source.then(_raise_errors)
+            finished = self._finished
+        if finished:
+            self._source.set_result(self._outputs if self._error is None else self._error)
         return self._future
 
     def result(self):
@@ -244,6 +245,14 @@ class ConfluxWork(dist._Work):
     def __repr__(self):
         what = ", ".join(w.what for w in self._natives) or "a completed call"
         return f"<ConfluxWork {what}>"
+
+
+def _raise_errors(source):
+    """A call's outputs, or its error raised (the then() callback of ConfluxWork's futures)."""
+    value = source.value()
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 class ConfluxBackend(_C10dBackend):

@@ -1,6 +1,7 @@
 """One rank fails after the first barrier (argv[1]: "raise", "kill", or "stall": it sleeps
-past the others' timeout; argv[2]: its rank); the others, already in an all_reduce, must get
-a conflux exception naming it: within seconds when it dies (timeout 60 s), at their timeout
+past the others' timeout; "kill_irecv": killed while the others wait on an irecv from it, and
+on that receive's future; argv[2]: its rank); the others, already in an all_reduce (or the
+receive), must get a conflux exception naming it: within seconds when it dies (timeout 60 s), at their timeout
 (argv[3] seconds) when it stalls. Each survivor prints: RESULT <class> <blamed rank> <seconds>."""
 
 import os
@@ -20,7 +21,7 @@ def main():
     rank = dist.get_rank()
     dist.barrier()
     if rank == victim:
-        if mode == "kill":
+        if mode in ("kill", "kill_irecv"):
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "stall":
             time.sleep(timeout + 10)
@@ -29,6 +30,22 @@ def main():
     t = torch.ones(1 << 16)
     start = time.monotonic()
     try:
+        if mode == "kill_irecv":
+            work = dist.irecv(t, victim)
+            future = work.get_future()
+            try:
+                work.wait()
+            finally:
+                # The receive's future carries the same failure, once the wait has returned.
+                if not future.done():
+                    print("FUTURE not done after wait() raised", flush=True)
+                    os._exit(1)
+                try:
+                    future.wait()
+                    print("FUTURE completed without an error", flush=True)
+                    os._exit(1)
+                except Exception as e:  # noqa: BLE001
+                    print(f"FUTURE {type(e).__name__}", flush=True)
         dist.all_reduce(t)
         dist.all_reduce(t)
     except Exception as e:  # noqa: BLE001 - the test inspects what arrived
