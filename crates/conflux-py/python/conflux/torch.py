@@ -18,6 +18,7 @@ import math
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -161,48 +162,74 @@ class ConfluxWork(dist._Work):
             self._complete()
 
     def _complete(self):
-        """Runs once, from the last callback or from wait(), whichever comes first."""
+        """Runs once: from the last callback, or from wait() once every operation is over.
+        Whatever happens in it (the call's error, a failed copy, an interrupt), the Work ends
+        complete, its future settled and its gate open."""
         with self._lock:
             if self._completing:
                 return
             self._completing = True
+        interrupted = None
         try:
             for w in self._natives:
-                w.wait()
-            for f in self._finish:
-                f()
+                try:
+                    w.wait()
+                except Exception as e:  # noqa: BLE001 - the first error is the call's
+                    self._error = self._error or e
+            if self._error is None:
+                for f in self._finish:
+                    f()
         except Exception as e:  # noqa: BLE001 - handed to whoever waits
             self._error = e
-        with self._lock:
-            self._finished = True
-            source = self._source
-        # Settled before the gate opens, so that a wait() that returns sees the future done;
-        # a then() callback that calls wait() passes by `_finished` and does not block on it.
-        if source is not None:
-            source.set_result(self._outputs if self._error is None else self._error)
-        self._gate.release()
+        except BaseException as e:  # an interrupt: the Work still ends, then it goes on up
+            self._error = interrupted = e
+        finally:
+            with self._lock:
+                self._finished = True
+                source = self._source
+            # Settled before the gate opens, so that a wait() that returns sees the future
+            # done; a then() callback that calls wait() passes the gate by (see wait).
+            try:
+                if source is not None:
+                    source.set_result(self._outcome())
+            finally:
+                self._gate.release()
+        if interrupted is not None:
+            raise interrupted
+
+    def _outcome(self):
+        return self._outputs if self._error is None else self._error
 
     # -- torch's Work interface --
     def wait(self, timeout=None):
         if self._gate is None:
             return True
-        t = None
-        if isinstance(timeout, timedelta) and timeout.total_seconds() > 0:
-            t = timeout.total_seconds()
-        # Wait on the operations themselves (GIL released) and complete here rather than
-        # for the notifier thread's turn at the GIL: that saves two thread hand-offs.
-        try:
-            for w in self._natives:
-                w.wait(t)
-        except CommTimeout:
-            raise
-        except Exception:  # noqa: BLE001 - _complete records it for everyone
-            pass
+        t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        deadline = time.monotonic() + t if t is not None and t > 0 else None
+
+        def left():
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        def timed_out():
+            return CommTimeout(f"{self} did not complete within {t:.3f}s")
+
+        # Wait on the operations themselves (GIL released): their callbacks run on this
+        # thread, and the last one completes the Work here, with no thread hand-off. An
+        # operation's own failure (its CommTimeout too) is the call's error, not this wait's.
+        for w in self._natives:
+            try:
+                w.wait(left())
+            except CommTimeout:
+                if not w.is_completed():
+                    raise timed_out() from None
+            except Exception:  # noqa: BLE001 - _complete records it for everyone
+                pass
         self._complete()
-        if not self._finished:
+        if not (self._finished and (self._future is None or self._future.done())):
             # Another thread is completing it (the notifier, or another waiter).
-            if not self._gate.acquire(timeout=-1 if t is None else t):
-                raise CommTimeout(f"{self} did not complete within {t:.3f}s")
+            remaining = left()
+            if not self._gate.acquire(timeout=-1 if remaining is None else remaining):
+                raise timed_out()
             self._gate.release()
         if self._error is not None:
             raise self._error
@@ -227,17 +254,16 @@ class ConfluxWork(dist._Work):
         # torch's Future.set_exception marks the error on the Python wrapper only, and torch
         # hands the future to callers (DDP, work.get_future()) in new wrappers, which would
         # return the exception as the value. An error raised in a then() callback is the
-        # future's own, kept by torch in C++ and raised by every wrapper (as a RuntimeError
-        # carrying the message, as gloo's errors are).
+        # future's own, kept by torch in C++ and raised by every wrapper (as a RuntimeError,
+        # as gloo's errors are). Settled under the lock: nothing but `_raise_errors` is chained
+        # on it yet, and no thread gets it unsettled.
         with self._lock:
-            if self._future is not None:
-                return self._future
-            self._source = torch.futures.Future()
-            self._future = self._source.then(_raise_errors)
-            finished = self._finished
-        if finished:
-            self._source.set_result(self._outputs if self._error is None else self._error)
-        return self._future
+            if self._future is None:
+                self._source = torch.futures.Future()
+                self._future = self._source.then(_raise_errors)
+                if self._finished:
+                    self._source.set_result(self._outcome())
+            return self._future
 
     def result(self):
         return self._outputs
@@ -251,7 +277,9 @@ def _raise_errors(source):
     """A call's outputs, or its error raised (the then() callback of ConfluxWork's futures)."""
     value = source.value()
     if isinstance(value, BaseException):
-        raise value
+        # A new exception: the call's own is shared by every waiter and must not collect
+        # this frame in its traceback.
+        raise RuntimeError(f"{type(value).__name__}: {value}")
     return value
 
 

@@ -7,11 +7,14 @@ import warnings
 import sys
 
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch._C._distributed_c10d import AllreduceCoalescedOptions
+
+from conflux.errors import CommTimeout
 
 from report import finish
 
@@ -290,6 +293,12 @@ def async_and_functional(rank, n):
             dist.send(torch.full((5,), 9, dtype=torch.int64), 1)
         elif rank == 1:
             w = dist.irecv(got, 0)
+            try:
+                w.wait(timedelta(milliseconds=20))
+                timed_out = False
+            except CommTimeout:
+                timed_out = True
+            check("wait(timeout) on a receive not yet sent raises CommTimeout", torch.tensor(float(timed_out)), torch.tensor(1.0))
             doubled = w.get_future().then(lambda f: f.value()[0] * 2)
             check("then() on a receive's future", doubled.wait(), torch.full((5,), 18, dtype=torch.int64))
     x = value(torch.float32, R.SUM, rank, 64)
