@@ -138,6 +138,20 @@ impl Callback {
         });
     }
 
+    /// For a thread with the GIL that found the operation complete (`Work.is_completed`):
+    /// runs the callback here if nobody has yet; false while another thread is running it.
+    pub fn try_finish(&self, py: Python<'_>) -> bool {
+        let me = std::thread::current().id();
+        let mut slot = self.slot();
+        if let Some(cb) = slot.callback.take() {
+            slot.running = Some(me);
+            drop(slot);
+            self.run(py, cb);
+            return true;
+        }
+        slot.running.is_none_or(|t| t == me)
+    }
+
     /// Runs the callback if no thread has taken it yet (the notifier's turn).
     fn run_if_still_there(&self, py: Python<'_>) {
         let cb = {

@@ -99,6 +99,15 @@ impl Work {
         work
     }
 
+    /// The operation has completed (its callback may still be to run).
+    fn operation_over(&self) -> bool {
+        match &*self.lock() {
+            State::Pending(p) => p.is_completed(),
+            State::Waiting => false,
+            State::Done(_) => true,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -168,12 +177,10 @@ impl Work {
         outcome.map(|_| true).map_err(py_err)
     }
 
-    fn is_completed(&self) -> bool {
-        match &*self.lock() {
-            State::Pending(p) => p.is_completed(),
-            State::Waiting => false,
-            State::Done(_) => true,
-        }
+    /// Whether the operation has completed and its callback has run: the Python API's
+    /// reduce_scatter copies its result out in the callback, which this runs if nobody has.
+    fn is_completed(&self, py: Python<'_>) -> bool {
+        self.operation_over() && self.callback.as_ref().is_none_or(|c| c.try_finish(py))
     }
 
     /// The rank a receive from any source matched (in the communicator's numbering), once it
@@ -192,7 +199,7 @@ impl Work {
     }
 
     fn __repr__(&self) -> String {
-        format!("<conflux Work {}{}>", self.what, if self.is_completed() { " (completed)" } else { "" })
+        format!("<conflux Work {}{}>", self.what, if self.operation_over() { " (completed)" } else { "" })
     }
 }
 

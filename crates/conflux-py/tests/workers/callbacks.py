@@ -128,12 +128,24 @@ def slow():
 
 def while_slow_callback_runs(w):
     check("slow callback: started", started.wait(30))
+    check("slow callback running: is_completed() is False until it has finished", not w.is_completed())
     w.wait()
     check("slow callback on the notifier: finished when wait() returned",
           len(finished) == 1 and finished[0] != MAIN, finished)
 
 
 late_receive(15, slow, while_slow_callback_runs)
+
+# 5b. is_completed() is True only once the callback has run (it runs it if nobody has).
+def polled(w):
+    deadline = time.monotonic() + 30
+    while not w.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    check("is_completed(): True, and the callback has run by then", len(seen.runs) == 1, seen.runs)
+
+
+seen = Seen()
+late_receive(18, seen, polled)
 
 # 6. A callback may wait on its own Work, on the waiting thread and on the notifier.
 for k, waited in enumerate([True, False]):
