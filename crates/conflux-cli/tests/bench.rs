@@ -177,8 +177,13 @@ fn in_place_all_reduce_is_checked_for_every_algorithm() {
 #[test]
 fn latency_mode_times_calls_alone_and_checks_every_algorithm() {
     let args = ["bench", "reduce", "-n", "3", "-e", "2K", "-f", "16", "--iters", "3", "--algo", "all"];
-    let t = bench_ok(&[&args[..], &["--latency", "--check"]].concat(), Duration::from_secs(120));
+    let svg = temp("latency.svg");
+    let plot = ["--latency", "--check", "--plot", svg.to_str().unwrap()];
+    let t = bench_ok(&[&args[..], &plot[..]].concat(), Duration::from_secs(120));
     assert!(t.contains("latency: each call timed alone between barriers"), "{t}");
+    let doc = std::fs::read_to_string(&svg).unwrap();
+    let _ = std::fs::remove_file(&svg);
+    assert!(doc.contains("each call timed alone (--latency)"), "the plot does not say how it was timed");
     let rows: Vec<&str> = t.lines().filter(|l| !l.starts_with('#') && l.split_whitespace().count() == 10).collect();
     // 8 B, 128 B and 2 KiB, each with ring, tree, chain and auto.
     assert_eq!(rows.len(), 3 * 4, "{t}");

@@ -273,9 +273,10 @@ fn write_outputs(comm: &Communicator, args: &BenchArgs, dtype: DataType, rows: &
         let title =
             format!("conflux bench {}: {} ranks ({} per host), {dtype}", args.op, comm.size(), comm.local_size());
         let subtitle = format!(
-            "transport {}, {} iterations per size; busbw as nccl-tests computes it",
+            "transport {}, {} iterations per size{}; busbw as nccl-tests computes it",
             std::env::var("CONFLUX_TRANSPORT").unwrap_or_else(|_| "auto".into()),
-            args.iters
+            args.iters,
+            if args.latency { ", each call timed alone (--latency)" } else { "" }
         );
         let doc = compare::svg(rows, &title, &subtitle);
         std::fs::write(path, doc).map_err(|e| format!("writing {}: {e}", path.display()))?;
