@@ -234,6 +234,17 @@ pub fn serves(algo: Algo, call: &Call, topo: &Topo) -> Result<(), String> {
 /// rabenseifner (4 ranks): direct reduces all N slots on every rank.
 const HALF_REDUCE: f64 = 4.0;
 
+/// The same for a rooted reduce, whose hops reduce pairwise as a receive copies out, fitted to
+/// its bf16 cells at 2 ranks, where the tree's one hop and the ring's split reduction cross
+/// near 128 KiB (measured: tree/ring time 0.55 at 8 KiB, 0.81 at 32 KiB, 1.0 at 128 KiB,
+/// 1.07-1.16 from 512 KiB). At `HALF_REDUCE` the ring took 32 KiB, at 0.79-0.81 of the tree; at
+/// 2.5 (the kernel's in-cache ratio: reduce_into of bf16 at 6.6 GB/s against the model's f32
+/// 16 GB/s) the tree kept 512 KiB-8 MiB, at 0.86-0.89 of the ring. 3 moves only 32 KiB; at 4
+/// and 8 ranks the choices are those of `HALF_REDUCE`. Lowering `HALF_REDUCE` itself instead
+/// moved 4-rank all_reduce of 128-512 KiB from direct to rabenseifner, at 0.62-0.77 of direct
+/// (bench --algo all -d bf16, replayed through this model).
+const HALF_REDUCE_ROOTED: f64 = 3.0;
+
 fn log2_ceil(n: usize) -> f64 {
     (usize::BITS - (n.max(1) - 1).leading_zeros()) as f64
 }
@@ -261,7 +272,8 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let beta = work / flat.gbps / if cached { 2.5 } else { 1.0 };
     // Algorithms other than the ring have all ranks of a node crossing nodes at once.
     let shared = if across { topo.per_node() as f64 } else { 1.0 };
-    let g = work * if call.half { HALF_REDUCE } else { 1.0 } / m.reduce_gbps;
+    let half = if call.op == OpKind::Reduce { HALF_REDUCE_ROOTED } else { HALF_REDUCE };
+    let g = work * if call.half { half } else { 1.0 } / m.reduce_gbps;
     let cp = work / m.copy_gbps;
     let logn = log2_ceil(topo.size);
     let p = (1usize << (usize::BITS - 1 - topo.size.max(1).leading_zeros())) as f64;
