@@ -117,18 +117,8 @@ impl Callback {
     /// another thread has, and waits (GIL released) while another thread is running it. The
     /// callback itself may wait on its Work (torch.py's does): that returns at once.
     pub fn run_or_await(&self, py: Python<'_>) {
-        let me = std::thread::current().id();
-        {
-            // Taken with the GIL held: no thread holds `slot` while it waits for the GIL.
-            let mut slot = self.slot();
-            if let Some(cb) = slot.callback.take() {
-                slot.running = Some(me);
-                drop(slot);
-                return self.run(py, cb);
-            }
-            if slot.running.is_none_or(|t| t == me) {
-                return;
-            }
+        if self.try_finish(py) {
+            return;
         }
         py.detach(|| {
             let mut slot = self.slot();
@@ -138,10 +128,12 @@ impl Callback {
         });
     }
 
-    /// For a thread with the GIL that found the operation complete (`Work.is_completed`):
-    /// runs the callback here if nobody has yet; false while another thread is running it.
+    /// For a thread with the GIL that found the operation complete (`Work.is_completed`, the
+    /// notifier, `run_or_await`): runs the callback here if nobody has yet; false while another
+    /// thread is running it.
     pub fn try_finish(&self, py: Python<'_>) -> bool {
         let me = std::thread::current().id();
+        // Taken with the GIL held: no thread holds `slot` while it waits for the GIL.
         let mut slot = self.slot();
         if let Some(cb) = slot.callback.take() {
             slot.running = Some(me);
@@ -150,21 +142,6 @@ impl Callback {
             return true;
         }
         slot.running.is_none_or(|t| t == me)
-    }
-
-    /// Runs the callback if no thread has taken it yet (the notifier's turn).
-    fn run_if_still_there(&self, py: Python<'_>) {
-        let cb = {
-            let mut slot = self.slot();
-            let cb = slot.callback.take();
-            if cb.is_some() {
-                slot.running = Some(std::thread::current().id());
-            }
-            cb
-        };
-        if let Some(cb) = cb {
-            self.run(py, cb);
-        }
     }
 
     fn run(&self, py: Python<'_>, cb: Py<PyAny>) {
@@ -197,7 +174,8 @@ fn notify(rx: Receiver<Arc<Callback>>) {
     while let Ok(first) = rx.recv() {
         Python::attach(|py| {
             for c in std::iter::once(first).chain(rx.try_iter()) {
-                c.run_if_still_there(py);
+                // Another thread may have taken it meanwhile (a waiter): then it is theirs.
+                let _ = c.try_finish(py);
             }
         });
     }
