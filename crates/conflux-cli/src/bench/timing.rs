@@ -162,15 +162,25 @@ pub fn measure<T: Num>(
     mut skipped: impl FnMut(&str),
 ) -> conflux::Result<Vec<Row>> {
     let mut case = Case::<T>::new(comm, op, bytes, redop, args);
-    // Warm-up, which also finds out what each algorithm costs per call.
+    // Warm-up, which also finds out what each algorithm costs per call. Its first call is not
+    // timed: it pays the buffers' first touch, is where a forced algorithm refuses, and on a
+    // rank that arrives early it holds the wait for the others (rank 0 measures memcpy for the
+    // header before the first size; timed, that made the first size's batch 20 calls where
+    // --min-ms asked for 20,000, and its time per call twice the next size's). The ranks then
+    // meet, so the timed calls start together.
     let mut per_call = Vec::with_capacity(list.len());
     let mut k = 0;
     while k < list.len() {
         let h = comm.with_algo(list[k]);
-        let t = Instant::now();
-        match warm_up(&mut case, &h) {
+        match case.once(&h) {
             Ok(()) => {
-                per_call.push(t.elapsed().as_secs_f64() / args.warmup.max(1) as f64);
+                comm.barrier()?;
+                let timed = args.warmup.max(2) - 1;
+                let t = Instant::now();
+                for _ in 0..timed {
+                    case.once(&h)?;
+                }
+                per_call.push(t.elapsed().as_secs_f64() / timed as f64);
                 k += 1;
             }
             Err(conflux::Error::InvalidArgument(why)) if list[k].is_some() => {
@@ -181,9 +191,8 @@ pub fn measure<T: Num>(
         }
     }
     // Every rank runs the same number of calls, sized from the slowest rank's warm-up of the
-    // fastest algorithm (the first algorithm's warm-up also pays the buffers' first touch), and
-    // every algorithm the same number: a batch's time includes the barrier's skew, which more
-    // calls amortise more.
+    // fastest algorithm, and every algorithm the same number: a batch's time includes the
+    // barrier's skew, which more calls amortise more.
     comm.all_reduce(&mut per_call, ReduceOp::Max)?;
     let rounds = args.rounds.unwrap_or(if args.report_auto { 15 } else { 1 }).max(1);
     let fastest = per_call.iter().copied().fold(f64::INFINITY, f64::min);
@@ -274,14 +283,6 @@ pub fn measure<T: Num>(
         })
         .collect();
     Ok(rows)
-}
-
-fn warm_up<T: Num>(case: &mut Case<'_, T>, h: &Communicator) -> conflux::Result<()> {
-    // One call even without --warmup: it is where a forced algorithm refuses.
-    for _ in 0..case.args.warmup.max(1) {
-        case.once(h)?;
-    }
-    Ok(())
 }
 
 /// A permutation of 0..n, the same on every rank for the same round (Fisher-Yates driven by
