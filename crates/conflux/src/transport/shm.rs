@@ -10,7 +10,7 @@
 //! makes two writers share one)
 //! ```text
 //! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64
-//! rank_ctl(i)       per local rank, 5 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2]
+//! rank_ctl(i)       per local rank, 6 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32
 //! ring_ctl(i,j)     per ordered pair i->j, 2 lines: tail u64 (written by i) | head u64 (written by j)
 //! ring_data(i,j)    ring_cap bytes per ordered pair (the diagonal is never touched, so never paid for)
 //! slot(i,p)         direct algorithm: chunk bytes per rank and parity p in {0,1}
@@ -28,8 +28,9 @@ use memmap2::{MmapOptions, MmapRaw};
 
 pub(crate) const LINE: usize = 128;
 const MAGIC: u64 = 0x636f_6e66_6c75_7831; // "conflux1"
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 const PAGE: usize = 4096;
+const RANK_CTL_LINES: usize = 6;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Layout {
@@ -52,14 +53,14 @@ impl Layout {
         let ring_cap = round_up(ring_cap, PAGE);
         let chunk = round_up(chunk, PAGE);
         let rank_ctl = PAGE;
-        let ring_ctl = round_up(rank_ctl + ranks * 5 * LINE, PAGE);
+        let ring_ctl = round_up(rank_ctl + ranks * RANK_CTL_LINES * LINE, PAGE);
         let ring_data = round_up(ring_ctl + ranks * ranks * 2 * LINE, PAGE);
         let direct = ring_data + ranks * ranks * ring_cap;
         let total = direct + (2 * ranks + 2) * chunk;
         Layout { ranks, ring_cap, chunk, rank_ctl, ring_ctl, ring_data, direct, total }
     }
     pub fn doorbell(&self, i: usize) -> usize {
-        self.rank_ctl + i * 5 * LINE
+        self.rank_ctl + i * RANK_CTL_LINES * LINE
     }
     pub fn sleeping(&self, i: usize) -> usize {
         self.doorbell(i) + LINE
@@ -80,6 +81,12 @@ impl Layout {
     /// with the descriptors' into the peers' caches, would move too (8% of an 8-byte call).
     pub fn board(&self, i: usize, parity: usize) -> usize {
         self.doorbell(i) + 4 * LINE + 16 + 24 * parity
+    }
+    /// The CPU rank i's waiting thread last ran on, plus one (0: not yet known); see
+    /// `wait.rs`, YIELD_AFTER. A line of its own: it is written when that CPU changes and read
+    /// only by a peer that has spun for a while, so it never moves with an exchange's lines.
+    pub fn cpu(&self, i: usize) -> usize {
+        self.doorbell(i) + 5 * LINE
     }
     pub fn tail(&self, from: usize, to: usize) -> usize {
         self.ring_ctl + (from * self.ranks + to) * 2 * LINE

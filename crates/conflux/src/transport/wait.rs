@@ -1,5 +1,6 @@
-//! How a rank waits: spin briefly, then sleep until a peer rings its doorbell, a socket becomes
-//! ready, or a slice of time passes; and on every wake-up, check that the peers are alive.
+//! How a rank waits: spin briefly (yielding the CPU if a local peer last ran on it, see
+//! YIELD_AFTER), then sleep until a peer rings its doorbell, a socket becomes ready, or a slice
+//! of time passes; and on every wake-up, check that the peers are alive.
 //!
 //! Doorbells (shared memory). Each local rank has a `doorbell` word and a `sleeping` flag in the
 //! segment. A sleeper reads the doorbell, sets `sleeping`, issues a SeqCst fence, and checks its
@@ -31,6 +32,16 @@ use super::{board, LinkError};
 use crate::store::{Event, Monitor};
 use explain::Clue;
 
+/// How long a waiter spins before it checks, and then again every as long, whether a local
+/// peer last ran on its own CPU; if one did, it yields the CPU. The scheduler now and then
+/// puts two ranks on one core for up to a few hundred milliseconds, even with a core per rank
+/// (2 ranks on 2 cores, unbound, as torchrun leaves them). The peer that would end the wait is
+/// then queued behind the spinner, and each exchange cost the whole spin and a wake-up: an
+/// 8-byte all_reduce took 42-53 us a call instead of 0.7 (`scripts/bench-colocated`). The
+/// yield lets that peer run at once. Yielding on every long spin instead, whether or not a
+/// peer shares the CPU, made back-to-back broadcast and reduce at 2 ranks 10-20% slower: a
+/// yield is a system call.
+const YIELD_AFTER: Duration = Duration::from_micros(3);
 /// Longest a sleeper sleeps before it checks liveness, abort and the deadline again.
 const SLICE: Duration = Duration::from_millis(20);
 /// Longest a sleeper waits on sockets when shared-memory work is also pending.
@@ -60,6 +71,8 @@ pub(crate) struct Waiter {
     pub(crate) abort: Arc<AtomicBool>,
     pub(crate) spin: Duration,
     pub(crate) yield_while_spinning: bool,
+    /// The CPU last published as this rank's (plus one; 0: none yet).
+    cpu: u32,
     last_check: Instant,
     /// Awaited peers whose exit was seen once; seen again while still awaited, they failed.
     exited_seen: Vec<usize>,
@@ -134,6 +147,7 @@ impl Waiter {
             abort,
             spin,
             yield_while_spinning,
+            cpu: 0,
             last_check: Instant::now(),
             exited_seen: Vec::new(),
             left: Vec::new(),
@@ -206,9 +220,29 @@ impl Waiter {
         Ok(())
     }
 
-    /// Called between fruitless progress passes while spinning.
-    pub fn pause(&self) {
-        if self.yield_while_spinning {
+    /// Publishes the CPU this thread runs on, if it changed, for the peers' `peer_on_my_cpu`.
+    fn publish_cpu(&mut self) {
+        let Some(seg) = &self.seg else { return };
+        let cpu = rustix::thread::sched_getcpu() as u32 + 1;
+        if cpu != self.cpu {
+            self.cpu = cpu;
+            seg.u32_at(seg.layout.cpu(self.me_local)).store(cpu, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a local peer last waited on the CPU this thread runs on now: it may be queued
+    /// behind this one (see YIELD_AFTER).
+    fn peer_on_my_cpu(&self) -> bool {
+        let Some(seg) = &self.seg else { return false };
+        let cpu = rustix::thread::sched_getcpu() as u32 + 1;
+        (0..seg.layout.ranks)
+            .any(|k| k != self.me_local && seg.u32_at(seg.layout.cpu(k)).load(Ordering::Relaxed) == cpu)
+    }
+
+    /// Called between fruitless progress passes while spinning; `crowded`: a peer may be
+    /// waiting for this CPU.
+    pub fn pause(&self, crowded: bool) {
+        if self.yield_while_spinning || crowded {
             std::thread::yield_now();
         } else {
             for _ in 0..32 {
@@ -429,12 +463,15 @@ const ENDED: &str = "it ended its TCP stream (it left the job or died) while thi
 pub(crate) struct Idle {
     since: Option<Instant>,
     armed: Option<u32>,
+    /// Looks for a peer on this CPU since `since` (see YIELD_AFTER).
+    looks: u128,
 }
 
 impl Idle {
     /// The caller made progress: spinning starts afresh next time.
     pub fn progressed(&mut self, w: &Waiter) {
         self.since = None;
+        self.looks = 0;
         if self.armed.take().is_some() {
             w.disarm();
         }
@@ -449,6 +486,9 @@ impl Idle {
         what: impl FnOnce() -> (bool, Vec<SocketInterest<'a>>, Vec<usize>),
     ) -> Result<(), LinkError> {
         let now = Instant::now();
+        if self.since.is_none() {
+            w.publish_cpu();
+        }
         let since = *self.since.get_or_insert(now);
         if now >= deadline {
             w.disarm();
@@ -457,9 +497,13 @@ impl Idle {
             w.check(deadline, true, || peers.clone())?;
             return Err(LinkError::Timeout { peers, secs: now.duration_since(since).as_secs_f64() });
         }
-        if now.duration_since(since) < w.spin {
+        let spun = now.duration_since(since);
+        if spun < w.spin {
             w.check(deadline, false, || what().2)?;
-            w.pause();
+            let due = spun.as_nanos() / YIELD_AFTER.as_nanos();
+            let crowded = due > self.looks && w.peer_on_my_cpu();
+            self.looks = self.looks.max(due);
+            w.pause(crowded);
             return Ok(());
         }
         match self.armed.take() {
