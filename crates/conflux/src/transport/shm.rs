@@ -195,3 +195,31 @@ impl Segment {
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off), len) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Layout, LINE};
+
+    #[test]
+    fn every_control_word_has_its_own_line_and_the_areas_do_not_overlap() {
+        for ranks in 1..=9 {
+            let l = Layout::new(ranks, 4096, 4096);
+            let mut lines = Vec::new();
+            for i in 0..ranks {
+                // desc and board share a line on purpose (see `board`); the rest do not.
+                let words = [l.doorbell(i), l.sleeping(i), l.posted(i), l.reduced(i), l.desc(i, 0), l.cpu(i)];
+                lines.extend(words.iter().map(|w| w / LINE));
+                assert_eq!(l.desc(i, 1) / LINE, l.desc(i, 0) / LINE);
+                assert_eq!((l.board(i, 1) + 23) / LINE, l.desc(i, 0) / LINE);
+            }
+            let all = lines.len();
+            lines.sort_unstable();
+            lines.dedup();
+            assert_eq!(lines.len(), all, "{ranks} ranks: two control words share a line");
+            assert!(l.cpu(ranks - 1) + LINE <= l.tail(0, 0), "{ranks} ranks: rank_ctl runs into ring_ctl");
+            assert!(l.head(ranks - 1, ranks - 1) + LINE <= l.ring_data(0, 0));
+            assert!(l.ring_data(ranks - 1, ranks - 1) + l.ring_cap <= l.slot(0, 0));
+            assert_eq!(l.result(1) + l.chunk, l.total);
+        }
+    }
+}
