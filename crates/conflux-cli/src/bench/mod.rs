@@ -56,7 +56,7 @@ pub struct BenchArgs {
     pub warmup: usize,
     /// Run more iterations than --iters where needed for an algorithm's timed calls at one
     /// size to last this long over its first --rounds rounds (milliseconds; 0 = exactly
-    /// --iters), so that small sizes are not timed over a few microseconds. Default 0, or 30
+    /// --iters), so that small sizes are not timed over a few microseconds. Default 10, or 30
     /// with --report-auto.
     #[arg(long)]
     pub min_ms: Option<f64>,
