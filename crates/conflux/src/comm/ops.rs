@@ -216,7 +216,7 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     let mut coll = coll;
     let call = coll.fingerprint(dtype, coll.call(dtype).filter(|_| !ordered).map(|_| algo), ordered);
     let mark = t.calls_log.started(coll.recorded(t.seq, call, dtype), started);
-    let entered = if is_p2p { Ok(()) } else { t.enter_call(call, algo != Algo::Direct) };
+    let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call, algo != Algo::Direct) };
     let r = match entered {
         Ok(()) if ordered => dispatch_ordered(t, &step, &mut coll, dtype),
         Ok(()) => dispatch(t, algo, &step, &mut coll, dtype),

@@ -115,9 +115,6 @@ pub(crate) enum RxProgress {
 pub(crate) struct RxState {
     progress: RxProgress,
     stash: HashMap<u64, VecDeque<Vec<u8>>>,
-    /// The last collective call a message from this peer proved the same as this rank's
-    /// (its fingerprint checked), or that an algorithm proved so otherwise.
-    pub proven: u64,
 }
 
 impl RxState {
@@ -156,9 +153,6 @@ impl RxState {
                     progressed = true;
                     if got_tag == tag {
                         check_call(peer, tag, theirs, calls.now.1)?;
-                        if tag & COLL_BIT != 0 {
-                            self.proven = tag & !COLL_BIT;
-                        }
                         check_len(peer, tag, len, sink.len())?;
                         let crc = crc.then_some(0);
                         self.progress = RxProgress::Matched { tag, done: 0, len: len as usize, crc };

@@ -195,24 +195,6 @@ impl Transport {
         }
     }
 
-    /// Enters collective call `self.seq` (see `Waiter::enter_call`), skipping the board of
-    /// every peer whose previous call is proven alike already.
-    pub(crate) fn enter_call(&mut self, call: Fingerprint, check: bool) -> Result<(), LinkError> {
-        let (links, before) = (&self.links, self.seq - 1);
-        let proven = |rank: usize| links.get(rank).and_then(Option::as_ref).is_some_and(|l| l.rx.proven == before);
-        self.waiter.enter_call(self.seq, call, check, proven)
-    }
-
-    /// Records that every local peer made this rank's call `self.seq`, as the direct
-    /// algorithm's descriptors prove.
-    pub(crate) fn proven_locally(&mut self) {
-        for &rank in &self.waiter.seg_ranks {
-            if let Some(link) = self.links.get_mut(rank).and_then(Option::as_mut) {
-                link.rx.proven = self.seq;
-            }
-        }
-    }
-
     /// Ends every TCP link's outgoing stream, before this rank says goodbye: a peer still
     /// waiting for it learns so from the stream itself, after everything this rank sent.
     pub(crate) fn finish_sockets(&mut self) {

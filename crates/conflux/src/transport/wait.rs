@@ -169,26 +169,14 @@ impl Waiter {
     /// Enters collective call `seq`: local peers can now compare their call with it. With
     /// `check`, fails if a local peer made another call at this number or the one before (the
     /// direct algorithm compares both itself, in the cache line it reads anyway: reading the
-    /// peers' boards here would cost it 15% of an 8-byte all_reduce). A peer for which
-    /// `proven(rank)` says the previous call was already found alike (a message of that call
-    /// from it carried this rank's fingerprint) is not looked at: its board is a cache line
-    /// that moves with every call, and reading it took 30% of a back-to-back 64-byte
-    /// broadcast at 2 ranks. A mismatch at this very number is then found by this call's
-    /// messages, by a wait, or on entering the next call, as when the peer had not yet
-    /// published it.
-    pub fn enter_call(
-        &mut self,
-        seq: u64,
-        call: Fingerprint,
-        check: bool,
-        proven: impl Fn(usize) -> bool,
-    ) -> Result<(), LinkError> {
+    /// peers' boards here would cost it 15% of an 8-byte all_reduce).
+    pub fn enter_call(&mut self, seq: u64, call: Fingerprint, check: bool) -> Result<(), LinkError> {
         self.calls.enter(seq, call);
         let Some(seg) = &self.seg else { return Ok(()) };
         board::publish(seg, self.me_local, seq, call);
         if check {
-            self.check_board(self.calls.before, &proven)?;
-            self.check_board(self.calls.now, &proven)?;
+            self.check_board(self.calls.before)?;
+            self.check_board(self.calls.now)?;
         }
         Ok(())
     }
@@ -217,14 +205,10 @@ impl Waiter {
         s
     }
 
-    /// Fails if a local peer, but those `skip` names, made call `seq` with another fingerprint
-    /// than `mine`.
-    fn check_board(&self, (seq, mine): (u64, Fingerprint), skip: impl Fn(usize) -> bool) -> Result<(), LinkError> {
+    /// Fails if a local peer made call `seq` with another fingerprint than `mine`.
+    fn check_board(&self, (seq, mine): (u64, Fingerprint)) -> Result<(), LinkError> {
         let Some(seg) = &self.seg else { return Ok(()) };
         for (i, &peer) in self.seg_ranks.iter().enumerate() {
-            if skip(peer) {
-                continue;
-            }
             match board::read(seg, i, seq) {
                 Some(theirs) if i != self.me_local && theirs != mine => {
                     let detail = format!("in collective call #{seq} it called {theirs}, this rank called {mine}");
@@ -364,7 +348,7 @@ impl Waiter {
     /// may land just before its exit is seen; so an exit counts only when the peer is still
     /// awaited at the next look, after another progress pass.
     pub fn check_liveness(&mut self, awaited: &[usize]) -> Result<(), LinkError> {
-        self.check_board(self.calls.now, |_| false)?;
+        self.check_board(self.calls.now)?;
         if !self.pidfds.is_empty() {
             let mut fds: Vec<PollFd<'_>> = self.pidfds.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)).collect();
             let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
