@@ -52,12 +52,15 @@ pub struct BenchArgs {
     /// for sizes over 1 MiB, at least 5); sizes given extra rounds (--max-rounds) run more.
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
+    /// Untimed calls per size and algorithm before the timed ones (at least 2: the first,
+    /// which pays the buffers' first touch, is left out of the estimate of a call's time that
+    /// --min-ms sizes the batches by).
     #[arg(long, default_value_t = 5)]
     pub warmup: usize,
     /// Run more iterations than --iters where needed for an algorithm's timed calls at one
     /// size to last this long over its first --rounds rounds (milliseconds; 0 = exactly
     /// --iters), so that small sizes are not timed over a few microseconds. Default 10, or 30
-    /// with --report-auto.
+    /// with --report-auto, or 0 with --latency alone.
     #[arg(long)]
     pub min_ms: Option<f64>,
     /// all_reduce in place, on one buffer (what torch.distributed's all_reduce does), instead

@@ -310,7 +310,14 @@ fn calls_per_batch(args: &BenchArgs, bytes: usize, per_call_s: f64, rounds: usiz
     // 20 calls of a 1 µs operation last 20 µs, the scale of one wake-up after the barrier
     // before the batch: timed so, a 4 KiB all_reduce at 2 ranks took 4.7-5.1 µs in 3 runs,
     // and 1.6 µs timed over 100 ms.
-    let min_ms = args.min_ms.unwrap_or(if args.report_auto { 30.0 } else { 10.0 });
+    // (Not with --latency alone: each of its calls pays a barrier besides.)
+    let min_ms = args.min_ms.unwrap_or(if args.report_auto {
+        30.0
+    } else if args.latency {
+        0.0
+    } else {
+        10.0
+    });
     if min_ms > 0.0 {
         let want = (min_ms * 1e-3 / per_call_s.max(1e-9)).ceil() as usize;
         total = total.max(want.min(20_000 * rounds));
