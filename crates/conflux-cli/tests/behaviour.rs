@@ -168,6 +168,26 @@ fn mismatched_calls_fail_every_rank_showing_both() {
     }
 }
 
+/// A mismatched call whose message a posted point-to-point receive reads aside first: the
+/// collective that takes it from there must still compare the calls. Unchecked, over TCP
+/// (which has no call board to fall back on) rank 1 reduced rank 0's max data as its sum and
+/// both ranks went on without a word.
+#[test]
+fn a_mismatched_message_read_aside_by_a_posted_receive_still_fails_the_call() {
+    for transport in ["shm", "tcp"] {
+        let children = spawn_ranks(2, &["calls", "stashed"], |_| {
+            vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "30".into())]
+        });
+        for (r, child) in children.into_iter().enumerate() {
+            let (out, took) = wait_output(child, Duration::from_secs(60));
+            let t = text(&out);
+            let ctx = format!("rank {r} over {transport}, after {took:?}:\n{t}");
+            assert!(out.status.success() && t.contains("CALL-MISMATCH"), "{ctx}");
+            assert!(t.contains("max") && t.contains("sum"), "the error does not show both calls: {ctx}");
+        }
+    }
+}
+
 /// A rank stopped by SIGSTOP (alive, silent): the others fail at their 2 s deadline naming it,
 /// each dumping its flight recorder (the call it waits in, and where its local peers are) to
 /// stderr and to CONFLUX_DUMP_DIR.

@@ -106,15 +106,19 @@ pub(crate) enum RxProgress {
     /// Payload `done` of `len` bytes of the message tagged `tag`, for the receive of that tag;
     /// `crc`: the CRC32C of the payload so far, if a checksum follows it.
     Matched { tag: u64, done: usize, len: usize, crc: Option<u32> },
-    /// A message with another tag, being read into the stash.
-    Stashing { tag: u64, data: Vec<u8>, len: usize, crc: bool },
+    /// A message with another tag, being read into the stash, with the sender's fingerprint
+    /// of its call.
+    Stashing { tag: u64, call: Fingerprint, data: Vec<u8>, len: usize, crc: bool },
 }
 
 /// One link's receive state: the message in progress and the messages set aside.
 #[derive(Default)]
 pub(crate) struct RxState {
     progress: RxProgress,
-    stash: HashMap<u64, VecDeque<Vec<u8>>>,
+    /// Messages set aside, by tag, each with the sender's fingerprint of its call: a
+    /// collective's message read aside by a point-to-point receive is checked when its own
+    /// receive takes it, as one read in place is.
+    stash: HashMap<u64, VecDeque<(Fingerprint, Vec<u8>)>>,
 }
 
 impl RxState {
@@ -135,7 +139,8 @@ impl RxState {
             // just now (another receive's, or ours that another receive began): reading on
             // could find the end of a stream whose last message is already in the stash.
             if matches!(self.progress, RxProgress::BetweenMessages) && !self.stash.is_empty() {
-                if let Some(data) = self.take_stashed(tag) {
+                if let Some((theirs, data)) = self.take_stashed(tag) {
+                    check_call(peer, tag, theirs, calls.now.1)?;
                     check_len(peer, tag, data.len() as u64, sink.len())?;
                     // Whole payload of whole elements (its length equals the sink's), so all of it is taken.
                     sink.take(0, &data);
@@ -169,7 +174,7 @@ impl RxState {
                         );
                         return Err(LinkError::Mismatch { peer, detail });
                     } else {
-                        self.progress = stashing(peer, got_tag, len, crc)?;
+                        self.progress = stashing(peer, got_tag, theirs, len, crc)?;
                     }
                 }
                 RxProgress::Matched { tag: t, done, len, crc } => {
@@ -217,7 +222,7 @@ impl RxState {
 
     /// The oldest message set aside with `tag`; a tag with none left leaves the map, so that
     /// ever new tags do not grow it.
-    fn take_stashed(&mut self, tag: u64) -> Option<Vec<u8>> {
+    fn take_stashed(&mut self, tag: u64) -> Option<(Fingerprint, Vec<u8>)> {
         let q = self.stash.get_mut(&tag)?;
         let data = q.pop_front();
         if q.is_empty() {
@@ -228,14 +233,14 @@ impl RxState {
 
     /// Reads more of the message being set aside; (progressed, finished it).
     fn stash_more<S: ByteSource>(&mut self, src: &mut S, peer: usize) -> Result<(bool, bool), LinkError> {
-        let RxProgress::Stashing { tag, data, len, crc } = &mut self.progress else { return Ok((false, true)) };
+        let RxProgress::Stashing { tag, call, data, len, crc } = &mut self.progress else { return Ok((false, true)) };
         if data.len() == *len {
             if !check_crc(src, peer, *tag, crc.then(|| crc32c::crc32c(data)))? {
                 return Ok((false, false));
             }
             src.consume(S::pad(*len));
-            let (tag, data) = (*tag, std::mem::take(data));
-            self.stash.entry(tag).or_default().push_back(data);
+            let (tag, call, data) = (*tag, *call, std::mem::take(data));
+            self.stash.entry(tag).or_default().push_back((call, data));
             self.progress = RxProgress::BetweenMessages;
             return Ok((true, true));
         }
@@ -273,7 +278,7 @@ impl RxState {
                     if avail.len() < S::HEADER_SPAN {
                         return Ok(false);
                     }
-                    let (got_tag, len, _, crc) = decode_header(avail);
+                    let (got_tag, len, theirs, crc) = decode_header(avail);
                     if got_tag == tag {
                         return Ok(true);
                     }
@@ -281,7 +286,7 @@ impl RxState {
                         return Ok(false);
                     }
                     src.consume(S::HEADER_SPAN);
-                    self.progress = stashing(peer, got_tag, len, crc)?;
+                    self.progress = stashing(peer, got_tag, theirs, len, crc)?;
                 }
             }
         }
@@ -289,7 +294,7 @@ impl RxState {
 }
 
 /// The state for setting aside an unexpected message of `len` bytes, checked before it allocates.
-fn stashing(peer: usize, tag: u64, len: u64, crc: bool) -> Result<RxProgress, LinkError> {
+fn stashing(peer: usize, tag: u64, call: Fingerprint, len: u64, crc: bool) -> Result<RxProgress, LinkError> {
     if len > MAX_STASHED {
         return Err(LinkError::Mismatch { peer, detail: format!("it sent an unexpected message of {len} bytes") });
     }
@@ -297,7 +302,7 @@ fn stashing(peer: usize, tag: u64, len: u64, crc: bool) -> Result<RxProgress, Li
     // with what the header claims.
     let mut data = Vec::new();
     reserve(&mut data, peer, (len as usize).min(STASH_RESERVE))?;
-    Ok(RxProgress::Stashing { tag, data, len: len as usize, crc })
+    Ok(RxProgress::Stashing { tag, call, data, len: len as usize, crc })
 }
 
 /// After a payload: with `got` (the CRC32C of what arrived), takes the sender's checksum and
@@ -413,6 +418,34 @@ pub(super) mod tests {
         while !rx.step(&mut src, 1, (COLL_BIT | 3, &Calls::default()), &mut Sink::Copy(&mut coll), 1 << 20).unwrap().1 {
         }
         assert_eq!(coll, [3; 4]);
+    }
+
+    /// A collective's message that a point-to-point receive read aside (it came first on the
+    /// stream) is checked against the call when the collective takes it, as one read in place
+    /// is: taken unchecked, a peer in another call (a reduce with another reduction, say) had
+    /// its data reduced as this rank's call, with no error on either rank.
+    #[test]
+    fn a_collective_message_taken_from_the_stash_must_be_of_this_call() {
+        let theirs = Fingerprint { word: 0x0102, count: 4 };
+        for (mine, alike) in [(theirs, true), (Fingerprint { word: 0x0103, count: 4 }, false)] {
+            let mut bytes = encode_header(COLL_BIT | 2, 16, theirs).to_vec();
+            bytes.extend_from_slice(&[6; 16]);
+            bytes.extend(message(7, &[7; 8]));
+            let mut src = Trickle { bytes, at: 0, visible: 0, step: 5 };
+            let mut rx = RxState::default();
+            let mut seven = [0u8; 8];
+            while !rx.step(&mut src, 1, (7, &Calls::default()), &mut Sink::Copy(&mut seven), 1 << 20).unwrap().1 {}
+            assert_eq!(seven, [7; 8]);
+            let calls = Calls { now: (2, mine), before: (1, mine) };
+            let mut coll = [0u8; 16];
+            match rx.step(&mut src, 1, (COLL_BIT | 2, &calls), &mut Sink::Copy(&mut coll), 1 << 20) {
+                Ok((_, true)) if alike => assert_eq!(coll, [6; 16]),
+                Err(LinkError::Mismatch { peer: 1, detail }) if !alike => {
+                    assert!(detail.contains("collective call #2"), "{detail}")
+                }
+                other => panic!("alike {alike}: {:?}", other.map_err(|e| e.to_string())),
+            }
+        }
     }
 
     /// A link whose peer sent `bytes` and then closed it, as a TCP stream that ended.
@@ -561,7 +594,7 @@ mod fuzz {
                 if r.is_err() {
                     break;
                 }
-                let held: usize = rx.stash.values().flatten().map(|d| d.capacity()).sum::<usize>()
+                let held: usize = rx.stash.values().flatten().map(|(_, d)| d.capacity()).sum::<usize>()
                     + match &rx.progress { RxProgress::Stashing { data, .. } => data.capacity(), _ => 0 };
                 prop_assert!(held <= 2 * total + STASH_RESERVE, "{held} bytes held for {total} received");
             }

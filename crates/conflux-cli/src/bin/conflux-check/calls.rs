@@ -2,6 +2,10 @@
 //! respect (KIND: op, root, dtype, redop, count, algo). Every rank must fail — in that call or,
 //! if its own part of it could finish (a broadcast root), in the next — within seconds, with
 //! an error that shows both calls; nobody may hang or return a wrong answer.
+//!
+//! KIND `stashed`: the mismatched call's message reaches rank 1 while rank 1 has a
+//! point-to-point receive from the sender posted, which reads it aside first (see
+//! `scenario_stashed`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -24,6 +28,7 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
         ("count", true) => comm.all_reduce(&mut f[..999], ReduceOp::Sum),
         ("algo", true) => comm.with_algo(Some(Algo::Ring)).all_reduce(&mut f, ReduceOp::Sum),
         ("algo", false) => comm.with_algo(Some(Algo::Rd)).all_reduce(&mut f, ReduceOp::Sum),
+        ("stashed", _) => scenario_stashed(&comm, &mut f),
         (_, _) => comm.all_reduce(&mut f, ReduceOp::Sum),
     });
     let err = match first {
@@ -41,4 +46,24 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
     // Returning shuts the communicator down: rank 0, which serves the store, relays its own
     // report and waits for the others' goodbyes before it exits.
     ExitCode::SUCCESS
+}
+
+/// Rank 0 reduces to rank 1 with max and then sends it a tag-7 message; rank 1 has posted the
+/// tag-7 receive, waits until rank 0's part is surely sent, and reduces with sum. Its posted
+/// receive reads rank 0's reduce message aside (it comes first); the reduce must still compare
+/// that message's call with its own. (Other ranks, if any, only make the reduce rank 1 makes.)
+fn scenario_stashed(comm: &Communicator, f: &mut [f32]) -> conflux::Result<()> {
+    match comm.rank() {
+        0 => {
+            comm.reduce(f, ReduceOp::Max, 1)?;
+            comm.send(&[7f32; 4], 1, 7)
+        }
+        1 => {
+            let seven = comm.recv_async(vec![0f32; 4], 0, 7);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            comm.reduce(f, ReduceOp::Sum, 1)?;
+            seven.wait().map(|_| ())
+        }
+        _ => comm.reduce(f, ReduceOp::Sum, 1),
+    }
 }
