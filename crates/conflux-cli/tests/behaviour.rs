@@ -149,6 +149,7 @@ fn mismatched_calls_fail_every_rank_showing_both() {
         ("dtype", "all_reduce(int32 x 1000, sum)"),
         ("redop", "all_reduce(float x 1000, max)"),
         ("count", "all_reduce(float x 999, sum)"),
+        ("inline", "all_reduce(float x 13, sum)"),
         ("algo", "by ring"),
     ];
     for transport in ["shm", "tcp"] {

@@ -34,6 +34,17 @@
 //! it stays put; and below 2 KiB the reuse wins even with a core per rank. Reuse above covers
 //! the whole slot, whatever the position.
 //!
+//! Inline. A message of at most `INLINE_DATA` (48) bytes travels in one cache line with its
+//! announcement: rank me writes the data, its descriptor, then the chunk number `gen` (Release)
+//! into its line `inline(me, p)`; a peer that sees the number there (Acquire) finds the data in
+//! the line it just read. So one line moves per rank and call, where a slot, a descriptor line
+//! and `posted` would be three. `posted[me] = gen` is stored too, so that the counter larger
+//! chunks wait on never falls behind; no peer reads it meanwhile, so the store stays in this
+//! rank's cache. Reuse is as for slots: the line of parity p is next written at gen + 2, after
+//! every peer announced gen + 1 (in its inline line or `posted`), which it does only after
+//! reading this one. Ranks that disagree on the length take different paths, and find out
+//! from the call board while they wait.
+//!
 //! Every element is reduced over ranks 0..N in that order, so the result is the same bitwise on
 //! every rank, and f16/bf16 accumulate in f32 across all ranks before one rounding.
 
@@ -43,6 +54,7 @@ use std::sync::Arc;
 use super::Step;
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
+use crate::transport::shm::INLINE_DATA;
 use crate::transport::wait::ring_doorbell;
 use crate::transport::{LinkError, Segment, Transport};
 
@@ -131,6 +143,9 @@ pub(crate) fn all_reduce(
     let total: usize = out.iter().map(|p| p.len()).sum();
     // Every rank's call, and the one before, must be this rank's (see transport/fingerprint.rs).
     let digest = t.waiter.calls.digest();
+    if total <= INLINE_DATA {
+        return all_reduce_inline(t, s, &seg, input, out, (dtype, op), digest);
+    }
     let mut at = 0;
     loop {
         let len = (total - at).min(chunk);
@@ -160,23 +175,7 @@ pub(crate) fn all_reduce(
         // written again before this rank posts gen + 1 (Reuse above).
         let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.slot(k, p) + place, len) }).collect();
         if small {
-            each_span(out, at..at + len, |span, off| {
-                let mut parts: Vec<&[u8]> = slots.iter().map(|sl| &sl[off..off + span.len()]).collect();
-                // This rank's own part comes from its private buffer (its input, or in place
-                // the output itself), not its slot, whose lines every peer is reading at the
-                // same moment: read here too, they cost as much as a peer's (bf16 at 2 ranks:
-                // the reduction took 1.4x longer). Same bytes in the same order, same result.
-                match input {
-                    Some(i) => {
-                        parts[me] = &i[at + off..at + off + span.len()];
-                        reduce::reduce_many(dtype, op, span, &parts);
-                    }
-                    None => {
-                        parts.remove(me);
-                        reduce::reduce_many_with_dst(dtype, op, span, me, &parts);
-                    }
-                }
-            });
+            reduce_whole(&slots, me, input, out, at, (dtype, op));
         } else {
             let elems = len / esize;
             let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
@@ -201,6 +200,79 @@ pub(crate) fn all_reduce(
         }
         t.give_way();
     }
+}
+
+/// Reduces every rank's copy of bytes `at..at + slots[k].len()` of the message (`slots`, by
+/// local rank) into `out`.
+fn reduce_whole(
+    slots: &[&[u8]],
+    me: usize,
+    input: Option<&[u8]>,
+    out: &mut [&mut [u8]],
+    at: usize,
+    (dtype, op): (DataType, ReduceOp),
+) {
+    let len = slots[me].len();
+    each_span(out, at..at + len, |span, off| {
+        let mut parts: Vec<&[u8]> = slots.iter().map(|sl| &sl[off..off + span.len()]).collect();
+        // This rank's own part comes from its private buffer (its input, or in place the
+        // output itself), not its slot, whose lines every peer is reading at the same moment:
+        // read here too, they cost as much as a peer's (bf16 at 2 ranks: the reduction took
+        // 1.4x longer). Same bytes in the same order, same result.
+        match input {
+            Some(i) => {
+                parts[me] = &i[at + off..at + off + span.len()];
+                reduce::reduce_many(dtype, op, span, &parts);
+            }
+            None => {
+                parts.remove(me);
+                reduce::reduce_many_with_dst(dtype, op, span, me, &parts);
+            }
+        }
+    });
+}
+
+/// The whole all_reduce of at most `INLINE_DATA` bytes, through the inline lines (Inline above).
+fn all_reduce_inline(
+    t: &mut Transport,
+    s: &Step,
+    seg: &Segment,
+    input: Option<&[u8]>,
+    out: &mut [&mut [u8]],
+    kind: (DataType, ReduceOp),
+    digest: u64,
+) -> Result<(), LinkError> {
+    let l = seg.layout;
+    let (n, me) = (l.ranks, t.waiter.me_local);
+    let len: usize = out.iter().map(|p| p.len()).sum();
+    t.direct_gen += 1;
+    let gen = t.direct_gen;
+    let p = (gen % 2) as usize;
+    let line = l.inline(me, p);
+    {
+        // SAFETY: the data bytes of inline(me, p) are ours to write: every peer finished reading
+        // them (Reuse above), and none reads them again before we store `gen` below.
+        let data = unsafe { seg.bytes_mut(line + 16, len) };
+        match input {
+            Some(i) => data.copy_from_slice(&i[..len]),
+            None => each_span(out, 0..len, |span, off| data[off..off + span.len()].copy_from_slice(span)),
+        }
+    }
+    seg.u64_at(line + 8).store(digest, Ordering::Relaxed);
+    seg.u64_at(line).store(gen, Ordering::Release);
+    seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
+    ring_all(seg, me);
+    let announced = |k: usize| seg.u64_at(l.inline(k, p)).load(Ordering::Acquire) >= gen;
+    t.wait_until(s.deadline, || (0..n).all(announced), || (0..n).filter(|&k| !announced(k)).collect())?;
+    if let Some(k) = (0..n).find(|&k| seg.u64_at(l.inline(k, p) + 8).load(Ordering::Relaxed) != digest) {
+        let e = mismatch(t, k);
+        return Err(t.fail(e));
+    }
+    // SAFETY: every rank stored `gen` after writing its data bytes, and none rewrites them
+    // before this rank announces gen + 1 (Reuse above).
+    let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.inline(k, p) + 16, len) }).collect();
+    reduce_whole(&slots, me, input, out, 0, kind);
+    Ok(())
 }
 
 #[cfg(test)]

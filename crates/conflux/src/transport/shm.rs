@@ -10,7 +10,7 @@
 //! makes two writers share one)
 //! ```text
 //! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64
-//! rank_ctl(i)       per local rank, 6 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32
+//! rank_ctl(i)       per local rank, 8 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32 | inline(p) for p in {0,1}: gen u64, desc u64, 48 data bytes
 //! ring_ctl(i,j)     per ordered pair i->j, 2 lines: tail u64 (written by i) | head u64 (written by j)
 //! ring_data(i,j)    ring_cap bytes per ordered pair (the diagonal is never touched, so never paid for)
 //! slot(i,p)         direct algorithm: chunk bytes per rank and parity p in {0,1}
@@ -28,9 +28,11 @@ use memmap2::{MmapOptions, MmapRaw};
 
 pub(crate) const LINE: usize = 128;
 const MAGIC: u64 = 0x636f_6e66_6c75_7831; // "conflux1"
-const VERSION: u64 = 2;
+const VERSION: u64 = 3;
 const PAGE: usize = 4096;
-const RANK_CTL_LINES: usize = 6;
+/// Data bytes an inline line carries after its chunk number and descriptor: one 64-byte line.
+pub(crate) const INLINE_DATA: usize = 48;
+const RANK_CTL_LINES: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Layout {
@@ -87,6 +89,11 @@ impl Layout {
     /// only by a peer that has spun for a while, so it never moves with an exchange's lines.
     pub fn cpu(&self, i: usize) -> usize {
         self.doorbell(i) + 5 * LINE
+    }
+    /// The line in which rank i's direct all_reduce of at most `INLINE_DATA` bytes, of parity
+    /// p, travels whole: chunk number, descriptor, data (see algo/direct.rs, Inline).
+    pub fn inline(&self, i: usize, parity: usize) -> usize {
+        self.doorbell(i) + (6 + parity) * LINE
     }
     pub fn tail(&self, from: usize, to: usize) -> usize {
         self.ring_ctl + (from * self.ranks + to) * 2 * LINE
@@ -207,7 +214,17 @@ mod tests {
             let mut lines = Vec::new();
             for i in 0..ranks {
                 // desc and board share a line on purpose (see `board`); the rest do not.
-                let words = [l.doorbell(i), l.sleeping(i), l.posted(i), l.reduced(i), l.desc(i, 0), l.cpu(i)];
+                let words = [
+                    l.doorbell(i),
+                    l.sleeping(i),
+                    l.posted(i),
+                    l.reduced(i),
+                    l.desc(i, 0),
+                    l.cpu(i),
+                    l.inline(i, 0),
+                    l.inline(i, 1),
+                ];
+                assert!(l.inline(i, 1) % 64 == 0 && 16 + super::INLINE_DATA <= 64);
                 lines.extend(words.iter().map(|w| w / LINE));
                 assert_eq!(l.desc(i, 1) / LINE, l.desc(i, 0) / LINE);
                 assert_eq!((l.board(i, 1) + 23) / LINE, l.desc(i, 0) / LINE);
@@ -216,7 +233,7 @@ mod tests {
             lines.sort_unstable();
             lines.dedup();
             assert_eq!(lines.len(), all, "{ranks} ranks: two control words share a line");
-            assert!(l.cpu(ranks - 1) + LINE <= l.tail(0, 0), "{ranks} ranks: rank_ctl runs into ring_ctl");
+            assert!(l.inline(ranks - 1, 1) + LINE <= l.tail(0, 0), "{ranks} ranks: rank_ctl runs into ring_ctl");
             assert!(l.head(ranks - 1, ranks - 1) + LINE <= l.ring_data(0, 0));
             assert!(l.ring_data(ranks - 1, ranks - 1) + l.ring_cap <= l.slot(0, 0));
             assert_eq!(l.result(1) + l.chunk, l.total);

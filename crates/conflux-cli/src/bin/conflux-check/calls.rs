@@ -1,5 +1,5 @@
 //! `conflux-check calls KIND`: rank 1 makes a call that differs from the other ranks' in one
-//! respect (KIND: op, root, dtype, redop, count, algo). Every rank must fail — in that call or,
+//! respect (KIND: op, root, dtype, redop, count, inline, algo). Every rank must fail — in that call or,
 //! if its own part of it could finish (a broadcast root), in the next — within seconds, with
 //! an error that shows both calls; nobody may hang or return a wrong answer.
 //!
@@ -26,6 +26,9 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
         ("dtype", true) => comm.all_reduce(&mut i, ReduceOp::Sum),
         ("redop", true) => comm.all_reduce(&mut f, ReduceOp::Max),
         ("count", true) => comm.all_reduce(&mut f[..999], ReduceOp::Sum),
+        // Small enough to travel in the announcing line on one side only (algo/direct.rs).
+        ("inline", true) => comm.all_reduce(&mut f[..13], ReduceOp::Sum),
+        ("inline", false) => comm.all_reduce(&mut f[..12], ReduceOp::Sum),
         ("algo", true) => comm.with_algo(Some(Algo::Ring)).all_reduce(&mut f, ReduceOp::Sum),
         ("algo", false) => comm.with_algo(Some(Algo::Rd)).all_reduce(&mut f, ReduceOp::Sum),
         ("stashed", _) => scenario_stashed(&comm, &mut f),
