@@ -224,7 +224,7 @@ mod tests {
                     l.inline(i, 0),
                     l.inline(i, 1),
                 ];
-                assert!(l.inline(i, 1) % 64 == 0 && 16 + super::INLINE_DATA <= 64);
+                assert!(l.inline(i, 1).is_multiple_of(64) && 16 + super::INLINE_DATA <= 64);
                 lines.extend(words.iter().map(|w| w / LINE));
                 assert_eq!(l.desc(i, 1) / LINE, l.desc(i, 0) / LINE);
                 assert_eq!((l.board(i, 1) + 23) / LINE, l.desc(i, 0) / LINE);
