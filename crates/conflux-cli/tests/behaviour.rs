@@ -154,19 +154,29 @@ fn mismatched_calls_fail_every_rank_showing_both() {
     ];
     for transport in ["shm", "tcp"] {
         for (kind, odd_call) in kinds {
-            let children = spawn_ranks(3, &["calls", kind], |_| {
-                vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "30".into())]
-            });
-            for (r, child) in children.into_iter().enumerate() {
-                let (out, took) = wait_output(child, Duration::from_secs(60));
-                let t = text(&out);
-                let ctx = format!("rank {r}, {kind} over {transport}, after {took:?}:\n{t}");
-                assert!(out.status.success() && t.contains("CALL-MISMATCH"), "{ctx}");
-                assert!(took < Duration::from_secs(20), "{ctx}");
+            for (t, ctx) in mismatch_reports(3, kind, transport) {
                 assert!(t.contains(odd_call), "the error does not show {odd_call:?}: {ctx}");
             }
         }
     }
+}
+
+/// Runs `conflux-check calls KIND` on `n` ranks over `transport`: every rank must report the
+/// mismatch, within 20 s. Returns each rank's output, and it with its context for messages.
+fn mismatch_reports(n: usize, kind: &str, transport: &str) -> Vec<(String, String)> {
+    let children = spawn_ranks(n, &["calls", kind], |_| {
+        vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "30".into())]
+    });
+    let mut reports = Vec::new();
+    for (r, child) in children.into_iter().enumerate() {
+        let (out, took) = wait_output(child, Duration::from_secs(60));
+        let t = text(&out);
+        let ctx = format!("rank {r}, {kind} over {transport}, after {took:?}:\n{t}");
+        assert!(out.status.success() && t.contains("CALL-MISMATCH"), "{ctx}");
+        assert!(took < Duration::from_secs(20), "{ctx}");
+        reports.push((t, ctx));
+    }
+    reports
 }
 
 /// A mismatched call whose message a posted point-to-point receive reads aside first: the
@@ -176,14 +186,7 @@ fn mismatched_calls_fail_every_rank_showing_both() {
 #[test]
 fn a_mismatched_message_read_aside_by_a_posted_receive_still_fails_the_call() {
     for transport in ["shm", "tcp"] {
-        let children = spawn_ranks(2, &["calls", "stashed"], |_| {
-            vec![("CONFLUX_TRANSPORT".into(), transport.into()), ("CONFLUX_TIMEOUT_S".into(), "30".into())]
-        });
-        for (r, child) in children.into_iter().enumerate() {
-            let (out, took) = wait_output(child, Duration::from_secs(60));
-            let t = text(&out);
-            let ctx = format!("rank {r} over {transport}, after {took:?}:\n{t}");
-            assert!(out.status.success() && t.contains("CALL-MISMATCH"), "{ctx}");
+        for (t, ctx) in mismatch_reports(2, "stashed", transport) {
             assert!(t.contains("max") && t.contains("sum"), "the error does not show both calls: {ctx}");
         }
     }
