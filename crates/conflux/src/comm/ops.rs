@@ -216,12 +216,17 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     let mut coll = coll;
     let call = coll.fingerprint(dtype, coll.call(dtype).filter(|_| !ordered).map(|_| algo), ordered);
     let mark = t.calls_log.started(coll.recorded(t.seq, call, dtype), started);
-    let entered = if is_p2p { Ok(()) } else { t.waiter.enter_call(t.seq, call, algo != Algo::Direct) };
-    let r = match entered {
-        Ok(()) if ordered => dispatch_ordered(t, &step, &mut coll, dtype),
-        Ok(()) => dispatch(t, algo, &step, &mut coll, dtype),
-        Err(e) => Err(t.fail(e)),
-    };
+    if !is_p2p {
+        t.waiter.enter_call(t.seq, call);
+    }
+    let r =
+        if ordered { dispatch_ordered(t, &step, &mut coll, dtype) } else { dispatch(t, algo, &step, &mut coll, dtype) };
+    // Every local peer made this call, and the one before: the direct algorithm compared both
+    // in its descriptors; the others ask the peers' boards.
+    let r = r.and_then(|()| match is_p2p || (algo == Algo::Direct && !ordered) {
+        true => Ok(()),
+        false => t.leave_call().map_err(|e| t.fail(e)),
+    });
     t.calls_log.ended(mark, r.is_ok());
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }

@@ -119,6 +119,8 @@ pub(crate) struct RxState {
     /// collective's message read aside by a point-to-point receive is checked when its own
     /// receive takes it, as one read in place is.
     stash: HashMap<u64, VecDeque<(Fingerprint, Vec<u8>)>>,
+    /// The last collective call a message from this peer proved the same as this rank's.
+    pub proven: u64,
 }
 
 impl RxState {
@@ -140,7 +142,7 @@ impl RxState {
             // could find the end of a stream whose last message is already in the stash.
             if matches!(self.progress, RxProgress::BetweenMessages) && !self.stash.is_empty() {
                 if let Some((theirs, data)) = self.take_stashed(tag) {
-                    check_call(peer, tag, theirs, calls.now.1)?;
+                    self.check_call(peer, tag, theirs, calls.now.1)?;
                     check_len(peer, tag, data.len() as u64, sink.len())?;
                     // Whole payload of whole elements (its length equals the sink's), so all of it is taken.
                     sink.take(0, &data);
@@ -157,7 +159,7 @@ impl RxState {
                     src.consume(S::HEADER_SPAN);
                     progressed = true;
                     if got_tag == tag {
-                        check_call(peer, tag, theirs, calls.now.1)?;
+                        self.check_call(peer, tag, theirs, calls.now.1)?;
                         check_len(peer, tag, len, sink.len())?;
                         let crc = crc.then_some(0);
                         self.progress = RxProgress::Matched { tag, done: 0, len: len as usize, crc };
@@ -218,6 +220,15 @@ impl RxState {
                 },
             }
         }
+    }
+
+    /// `check_call`, remembering a collective's call as proven.
+    fn check_call(&mut self, peer: usize, tag: u64, theirs: Fingerprint, mine: Fingerprint) -> Result<(), LinkError> {
+        check_call(peer, tag, theirs, mine)?;
+        if tag & COLL_BIT != 0 {
+            self.proven = tag & !COLL_BIT;
+        }
+        Ok(())
     }
 
     /// The oldest message set aside with `tag`; a tag with none left leaves the map, so that

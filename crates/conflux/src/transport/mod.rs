@@ -195,6 +195,13 @@ impl Transport {
         }
     }
 
+    /// Leaves collective call `self.seq`, which went through (see `Waiter::leave_call`).
+    pub(crate) fn leave_call(&self) -> Result<(), LinkError> {
+        let seq = self.seq;
+        let links = &self.links;
+        self.waiter.leave_call(|rank| links.get(rank).and_then(Option::as_ref).is_some_and(|l| l.rx.proven == seq))
+    }
+
     /// Ends every TCP link's outgoing stream, before this rank says goodbye: a peer still
     /// waiting for it learns so from the stream itself, after everything this rank sent.
     pub(crate) fn finish_sockets(&mut self) {
