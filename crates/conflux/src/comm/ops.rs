@@ -221,12 +221,15 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     }
     let r =
         if ordered { dispatch_ordered(t, &step, &mut coll, dtype) } else { dispatch(t, algo, &step, &mut coll, dtype) };
-    // Every local peer made this call, and the one before: the direct algorithm compared both
-    // in its descriptors; the others ask the peers' boards.
+    // A local peer whose board shows another call, at this number or the one before, fails
+    // the call (the direct algorithm compared both in its descriptors already).
     let r = r.and_then(|()| match is_p2p || (algo == Algo::Direct && !ordered) {
         true => Ok(()),
         false => t.leave_call().map_err(|e| t.fail(e)),
     });
+    if r.is_ok() && !is_p2p {
+        t.waiter.calls.finished = t.seq;
+    }
     t.calls_log.ended(mark, r.is_ok());
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }

@@ -4,9 +4,10 @@
 //! (ranks that each wait to receive from the other, or one in the direct algorithm while the
 //! other sends ring messages nobody reads).
 //!
-//! Each rank keeps its current and its previous call, so a rank entering call n can also check
-//! call n − 1: in a broadcast whose ranks disagree on the root, each "root" only sends and
-//! returns, and nobody waited long enough to look.
+//! Each rank keeps its current and its previous call, and checks its local peers' boards on
+//! leaving each call (`Waiter::leave_call`), for that call and the one before: in a broadcast
+//! whose ranks disagree on the root, each "root" only sends and returns, and nobody waited
+//! long enough to look.
 //!
 //! Protocol: a seqlock per entry, written by its rank only. The writer stores `EMPTY` to the
 //! number, then (after a release fence) the two fingerprint words, then the call number with

@@ -22,6 +22,9 @@ use crate::dtype::{DataType, ReduceOp};
 pub struct Calls {
     pub now: (u64, Fingerprint),
     pub before: (u64, Fingerprint),
+    /// The last collective this rank finished: a message of it or of an earlier one that
+    /// arrives now is one it finished without, so the sender made another call.
+    pub finished: u64,
 }
 
 impl Calls {
@@ -198,7 +201,7 @@ mod tests {
     #[test]
     fn a_digest_changes_with_any_field_of_either_call() {
         let fp = |word, count| Fingerprint { word, count };
-        let calls = Calls { now: (8, fp(0x0102_0304, 1000)), before: (7, fp(0x0102_0304, 1000)) };
+        let calls = Calls { now: (8, fp(0x0102_0304, 1000)), before: (7, fp(0x0102_0304, 1000)), finished: 7 };
         let base = calls.digest();
         let mut seen = vec![base];
         for bit in 0..64 {

@@ -175,6 +175,14 @@ impl RxState {
                             calls.now.1
                         );
                         return Err(LinkError::Mismatch { peer, detail });
+                    } else if got_tag & COLL_BIT != 0 && got_tag & !COLL_BIT <= calls.finished {
+                        // Set aside, no receive would ever ask for it (its call is over here),
+                        // and with it the only sign that the peer's call was another.
+                        let detail = format!(
+                            "it sent data of {}, {theirs}, which this rank finished without it",
+                            describe_tag(got_tag)
+                        );
+                        return Err(LinkError::Mismatch { peer, detail });
                     } else {
                         self.progress = stashing(peer, got_tag, theirs, len, crc)?;
                     }
@@ -447,7 +455,7 @@ pub(super) mod tests {
             let mut seven = [0u8; 8];
             while !rx.step(&mut src, 1, (7, &Calls::default()), &mut Sink::Copy(&mut seven), 1 << 20).unwrap().1 {}
             assert_eq!(seven, [7; 8]);
-            let calls = Calls { now: (2, mine), before: (1, mine) };
+            let calls = Calls { now: (2, mine), before: (1, mine), finished: 1 };
             let mut coll = [0u8; 16];
             match rx.step(&mut src, 1, (COLL_BIT | 2, &calls), &mut Sink::Copy(&mut coll), 1 << 20) {
                 Ok((_, true)) if alike => assert_eq!(coll, [6; 16]),
@@ -455,6 +463,35 @@ pub(super) mod tests {
                     assert!(detail.contains("collective call #2"), "{detail}")
                 }
                 other => panic!("alike {alike}: {:?}", other.map_err(|e| e.to_string())),
+            }
+        }
+    }
+
+    /// A point-to-point receive that meets a message of a collective this rank has already
+    /// finished fails: that call is over here, so no receive would take the message, and the
+    /// peer that sent it made another call (ranks that disagreed on a broadcast's root, say).
+    #[test]
+    fn a_message_of_a_finished_collective_is_a_mismatch() {
+        let fp = Fingerprint { word: 0x0102, count: 4 };
+        for finished in [1, 2] {
+            let mut bytes = encode_header(COLL_BIT | 2, 16, fp).to_vec();
+            bytes.extend_from_slice(&[6; 16]);
+            bytes.extend(message(7, &[7; 8]));
+            let mut src = Trickle { bytes, at: 0, visible: 0, step: 64 };
+            let mut rx = RxState::default();
+            let calls = Calls { now: (2, fp), before: (1, fp), finished };
+            let mut seven = [0u8; 8];
+            let mut got = Ok((false, false));
+            for _ in 0..10 {
+                got = rx.step(&mut src, 1, (7, &calls), &mut Sink::Copy(&mut seven), 1 << 20);
+                if !matches!(got, Ok((_, false))) {
+                    break;
+                }
+            }
+            match (finished, got) {
+                (1, Ok((_, true))) => assert_eq!(seven, [7; 8]),
+                (2, Err(LinkError::Mismatch { peer: 1, detail })) => assert!(detail.contains("finished"), "{detail}"),
+                (f, other) => panic!("finished {f}: {:?}", other.map_err(|e| e.to_string())),
             }
         }
     }
@@ -589,7 +626,7 @@ mod fuzz {
             let mut src = Bytes { bytes, at: 0, step, visible: 0 };
             let mut rx = RxState::default();
             let mut buf = vec![0u8; sink_len / 4 * 4];
-            let calls = Calls { now: (1, Fingerprint::NONE), before: (0, Fingerprint::NONE) };
+            let calls = Calls { now: (1, Fingerprint::NONE), before: (0, Fingerprint::NONE), finished: 0 };
             for round in 0..4 * total + 8 {
                 let tag = if round % 3 == 0 { COLL_BIT | 1 } else { 5 };
                 let r = if probe_first && round % 2 == 0 {

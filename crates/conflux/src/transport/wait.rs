@@ -174,17 +174,23 @@ impl Waiter {
         }
     }
 
-    /// Leaving the current call, which went through: fails if a local peer made another call
-    /// at its number or the one before, as its board says. `proven(rank)`: a message of this
-    /// call from that peer already carried this rank's fingerprint (`frame.rs`), so its board
-    /// is not read. Checked on the way out, not the way in, so that only peers this call did
-    /// not hear from cost a read: a board is a cache line that moves with every call, and
-    /// reading the root's took 30% of a back-to-back 64-byte broadcast at 2 ranks. A peer in
-    /// another call that sent nothing this rank read (ranks that disagree on a broadcast's
-    /// root each only send) is still found here, in this call, if it has published that call
-    /// by now; if not, it finds this rank's call on its own way out, or the messages it left
-    /// unread fail the next receive from it. (The direct algorithm compares both calls in its
-    /// own descriptors and does not come here.)
+    /// Leaving the current call, which went through: fails if a local peer's board shows
+    /// another call at this call's number or the one before (an entry it no longer holds, or
+    /// does not hold yet, shows nothing). `proven(rank)`: a message of this call from that peer
+    /// carried this rank's fingerprint (`frame.rs`), so its board is not read. That covers the
+    /// call before too: the peer sent this call's message only after it left that one, and of
+    /// the two the one that left it later compared it, from the other's message or board
+    /// entry (which the other, at most one call further, still held).
+    ///
+    /// Checked on the way out, not the way in, so that only peers this call did not hear from
+    /// cost a read: a board is a cache line that moves with every call, and reading the root's
+    /// took 30% of a back-to-back 64-byte broadcast at 2 ranks. In a mismatch where no message
+    /// is read (ranks that disagree on a broadcast's root each only send), both ranks publish,
+    /// move bytes through a ring (whose doorbell issues a SeqCst fence) and then read, so one
+    /// of the two sees the other's entry, unless the other has already run two calls further
+    /// and overwritten it. A message of the mismatched call that a later point-to-point
+    /// receive meets fails that receive (`Calls::finished`). Ranks whose part of the call was
+    /// TCP only have no fence between publishing and reading, as before this check moved.
     pub fn leave_call(&self, proven: impl Fn(usize) -> bool) -> Result<(), LinkError> {
         self.check_board(self.calls.before, &proven)?;
         self.check_board(self.calls.now, &proven)
