@@ -223,10 +223,8 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
         if ordered { dispatch_ordered(t, &step, &mut coll, dtype) } else { dispatch(t, algo, &step, &mut coll, dtype) };
     // A local peer whose board shows another call, at this number or the one before, fails
     // the call (the direct algorithm compared both in its descriptors already).
-    let r = r.and_then(|()| match is_p2p || (algo == Algo::Direct && !ordered) {
-        true => Ok(()),
-        false => t.leave_call().map_err(|e| t.fail(e)),
-    });
+    let compared = is_p2p || (algo == Algo::Direct && !ordered);
+    let r = r.and_then(|()| if compared { Ok(()) } else { t.leave_call().map_err(|e| t.fail(e)) });
     if r.is_ok() && !is_p2p {
         t.waiter.calls.finished = t.seq;
     }
