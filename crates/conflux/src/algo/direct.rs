@@ -248,29 +248,28 @@ fn all_reduce_inline(
     t.direct_gen += 1;
     let gen = t.direct_gen;
     let p = (gen % 2) as usize;
-    let line = l.inline(me, p);
     {
         // SAFETY: the data bytes of inline(me, p) are ours to write: every peer finished reading
         // them (Reuse above), and none reads them again before we store `gen` below.
-        let data = unsafe { seg.bytes_mut(line + 16, len) };
+        let data = unsafe { seg.bytes_mut(l.inline_data(me, p), len) };
         match input {
             Some(i) => data.copy_from_slice(&i[..len]),
             None => each_span(out, 0..len, |span, off| data[off..off + span.len()].copy_from_slice(span)),
         }
     }
-    seg.u64_at(line + 8).store(digest, Ordering::Relaxed);
-    seg.u64_at(line).store(gen, Ordering::Release);
+    seg.u64_at(l.inline_desc(me, p)).store(digest, Ordering::Relaxed);
+    seg.u64_at(l.inline(me, p)).store(gen, Ordering::Release);
     seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
     ring_all(seg, me);
     let announced = |k: usize| seg.u64_at(l.inline(k, p)).load(Ordering::Acquire) >= gen;
     t.wait_until(s.deadline, || (0..n).all(announced), || (0..n).filter(|&k| !announced(k)).collect())?;
-    if let Some(k) = (0..n).find(|&k| seg.u64_at(l.inline(k, p) + 8).load(Ordering::Relaxed) != digest) {
+    if let Some(k) = (0..n).find(|&k| seg.u64_at(l.inline_desc(k, p)).load(Ordering::Relaxed) != digest) {
         let e = mismatch(t, k);
         return Err(t.fail(e));
     }
     // SAFETY: every rank stored `gen` after writing its data bytes, and none rewrites them
     // before this rank announces gen + 1 (Reuse above).
-    let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.inline(k, p) + 16, len) }).collect();
+    let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.inline_data(k, p), len) }).collect();
     reduce_whole(&slots, me, input, out, 0, kind);
     Ok(())
 }

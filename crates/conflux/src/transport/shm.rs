@@ -95,6 +95,14 @@ impl Layout {
     pub fn inline(&self, i: usize, parity: usize) -> usize {
         self.doorbell(i) + (6 + parity) * LINE
     }
+    /// The descriptor word of that line.
+    pub fn inline_desc(&self, i: usize, parity: usize) -> usize {
+        self.inline(i, parity) + 8
+    }
+    /// The data bytes of that line, `INLINE_DATA` of them.
+    pub fn inline_data(&self, i: usize, parity: usize) -> usize {
+        self.inline(i, parity) + 16
+    }
     pub fn tail(&self, from: usize, to: usize) -> usize {
         self.ring_ctl + (from * self.ranks + to) * 2 * LINE
     }
@@ -224,7 +232,10 @@ mod tests {
                     l.inline(i, 0),
                     l.inline(i, 1),
                 ];
-                assert!(l.inline(i, 1).is_multiple_of(64) && 16 + super::INLINE_DATA <= 64);
+                assert!(
+                    l.inline(i, 1).is_multiple_of(64)
+                        && l.inline_data(i, 1) + super::INLINE_DATA <= l.inline(i, 1) + 64
+                );
                 lines.extend(words.iter().map(|w| w / LINE));
                 assert_eq!(l.desc(i, 1) / LINE, l.desc(i, 0) / LINE);
                 assert_eq!((l.board(i, 1) + 23) / LINE, l.desc(i, 0) / LINE);
