@@ -150,6 +150,7 @@ fn mismatched_calls_fail_every_rank_showing_both() {
         ("redop", "all_reduce(float x 1000, max)"),
         ("count", "all_reduce(float x 999, sum)"),
         ("inline", "all_reduce(float x 13, sum)"),
+        ("inline_bound", "all_reduce(float x 83, sum)"),
         ("algo", "by ring"),
     ];
     for transport in ["shm", "tcp"] {

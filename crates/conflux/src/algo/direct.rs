@@ -34,16 +34,21 @@
 //! it stays put; and below 2 KiB the reuse wins even with a core per rank. Reuse above covers
 //! the whole slot, whatever the position.
 //!
-//! Inline. A message of at most `INLINE_DATA` (48) bytes travels in one cache line with its
-//! announcement: rank me writes the data, its descriptor, then the chunk number `gen` (Release)
-//! into its line `inline(me, p)`; a peer that sees the number there (Acquire) finds the data in
-//! the line it just read. So one line moves per rank and call, where a slot, a descriptor line
-//! and `posted` would be three. `posted[me] = gen` is stored too, so that the counter larger
-//! chunks wait on never falls behind; no peer reads it meanwhile, so the store stays in this
-//! rank's cache. Reuse is as for slots: the line of parity p is next written at gen + 2, after
-//! every peer announced gen + 1 (in its inline line or `posted`), which it does only after
-//! reading this one. Ranks that disagree on the length take different paths, and find out
-//! from the call board while they wait.
+//! Inline. A message of at most `INLINE_DATA` (328) bytes travels in rank me's inline block
+//! `inline(me, p)`: up to six 64-byte lines, each carrying its own copy of the chunk number
+//! beside its data (line 0 also the descriptor). Rank me writes a line's data, then its number
+//! (Release); a peer that sees the number in every line the length takes (Acquire) has the
+//! data in the lines it just read. A peer polls all of them at once, so their transfers
+//! overlap: one round trip per call, where a slot, a descriptor line and `posted` take two
+//! (the data is read only after `posted` is seen). At 2 ranks, medians of 5 interleaved runs
+//! with ranks bound to cores: 64 B 0.62 against 0.81 us, 256 B 0.67 against 0.84; one line
+//! (8 B) had taken it from 0.79-0.98 to 0.59.
+//! `posted[me] = gen` is stored too, so that the counter larger chunks wait on never falls
+//! behind; no peer reads it meanwhile, so the store stays in this rank's cache. Reuse is as
+//! for slots: the block of parity p is next written at gen + 2, after every peer announced
+//! gen + 1 (in its inline block or `posted`), which it does only after reading this one. Ranks
+//! that disagree on the length take different paths, or different lines with different
+//! descriptors, and find out from the descriptor or from the call board while they wait.
 //!
 //! Every element is reduced over ranks 0..N in that order, so the result is the same bitwise on
 //! every rank, and f16/bf16 accumulate in f32 across all ranks before one rounding.
@@ -54,7 +59,7 @@ use std::sync::Arc;
 use super::Step;
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
-use crate::transport::shm::INLINE_DATA;
+use crate::transport::shm::{inline_lines, inline_span, INLINE_DATA};
 use crate::transport::wait::ring_doorbell;
 use crate::transport::{LinkError, Segment, Transport};
 
@@ -232,7 +237,7 @@ fn reduce_whole(
     });
 }
 
-/// The whole all_reduce of at most `INLINE_DATA` bytes, through the inline lines (Inline above).
+/// The whole all_reduce of at most `INLINE_DATA` bytes, through the inline blocks (Inline above).
 fn all_reduce_inline(
     t: &mut Transport,
     s: &Step,
@@ -245,32 +250,53 @@ fn all_reduce_inline(
     let l = seg.layout;
     let (n, me) = (l.ranks, t.waiter.me_local);
     let len: usize = out.iter().map(|p| p.len()).sum();
+    let lines = inline_lines(len);
     t.direct_gen += 1;
     let gen = t.direct_gen;
     let p = (gen % 2) as usize;
-    {
-        // SAFETY: the data bytes of inline(me, p) are ours to write: every peer finished reading
-        // them (Reuse above), and none reads them again before we store `gen` below.
-        let data = unsafe { seg.bytes_mut(l.inline_data(me, p), len) };
+    // Line 0 last: its descriptor is what a peer checks once every line has arrived.
+    for j in (0..lines).rev() {
+        let span = inline_span(j, len);
+        // SAFETY: the data bytes of line j of inline(me, p) are ours to write: every peer
+        // finished reading them (Reuse above), and none reads them again before we store `gen`
+        // in that line below.
+        let data = unsafe { seg.bytes_mut(l.inline_data(me, p, j), span.len()) };
         match input {
-            Some(i) => data.copy_from_slice(&i[..len]),
-            None => each_span(out, 0..len, |span, off| data[off..off + span.len()].copy_from_slice(span)),
+            Some(i) => data.copy_from_slice(&i[span]),
+            None => each_span(out, span, |piece, off| data[off..off + piece.len()].copy_from_slice(piece)),
         }
+        if j == 0 {
+            seg.u64_at(l.inline_desc(me, p)).store(digest, Ordering::Relaxed);
+        }
+        seg.u64_at(l.inline_gen(me, p, j)).store(gen, Ordering::Release);
     }
-    seg.u64_at(l.inline_desc(me, p)).store(digest, Ordering::Relaxed);
-    seg.u64_at(l.inline(me, p)).store(gen, Ordering::Release);
     seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
     ring_all(seg, me);
-    let announced = |k: usize| seg.u64_at(l.inline(k, p)).load(Ordering::Acquire) >= gen;
+    let announced = |k: usize| (0..lines).all(|j| seg.u64_at(l.inline_gen(k, p, j)).load(Ordering::Acquire) >= gen);
     t.wait_until(s.deadline, || (0..n).all(announced), || (0..n).filter(|&k| !announced(k)).collect())?;
     if let Some(k) = (0..n).find(|&k| seg.u64_at(l.inline_desc(k, p)).load(Ordering::Relaxed) != digest) {
         let e = mismatch(t, k);
         return Err(t.fail(e));
     }
-    // SAFETY: every rank stored `gen` after writing its data bytes, and none rewrites them
-    // before this rank announces gen + 1 (Reuse above).
-    let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.inline_data(k, p), len) }).collect();
+    // The peers' data, gathered from their lines into one buffer per rank (this rank's own
+    // part comes from its input: `reduce_whole`).
+    let mut gathered = std::mem::take(&mut t.staging);
+    if gathered.len() < n * len {
+        gathered.resize(n * len, 0);
+    }
+    for k in (0..n).filter(|&k| k != me) {
+        for j in 0..lines {
+            let span = inline_span(j, len);
+            // SAFETY: rank k stored `gen` in line j after writing its data bytes, and this
+            // rank saw it (Acquire); k rewrites them only after this rank announces gen + 1
+            // (Reuse above).
+            let data = unsafe { seg.bytes(l.inline_data(k, p, j), span.len()) };
+            gathered[k * len + span.start..k * len + span.end].copy_from_slice(data);
+        }
+    }
+    let slots: Vec<&[u8]> = (0..n).map(|k| &gathered[k * len..(k + 1) * len]).collect();
     reduce_whole(&slots, me, input, out, 0, kind);
+    t.staging = gathered;
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 //! makes two writers share one)
 //! ```text
 //! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64
-//! rank_ctl(i)       per local rank, 8 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32 | inline(p) for p in {0,1}: gen u64, desc u64, 48 data bytes
+//! rank_ctl(i)       per local rank, 12 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32 | inline(p) for p in {0,1}, 3 lines: six 64-byte lines, the first gen u64, desc u64, 48 data bytes, the others gen u64, 56 data bytes
 //! ring_ctl(i,j)     per ordered pair i->j, 2 lines: tail u64 (written by i) | head u64 (written by j)
 //! ring_data(i,j)    ring_cap bytes per ordered pair (the diagonal is never touched, so never paid for)
 //! slot(i,p)         direct algorithm: chunk bytes per rank and parity p in {0,1}
@@ -28,11 +28,31 @@ use memmap2::{MmapOptions, MmapRaw};
 
 pub(crate) const LINE: usize = 128;
 const MAGIC: u64 = 0x636f_6e66_6c75_7831; // "conflux1"
-const VERSION: u64 = 3;
+const VERSION: u64 = 4;
 const PAGE: usize = 4096;
-/// Data bytes an inline line carries after its chunk number and descriptor: one 64-byte line.
-pub(crate) const INLINE_DATA: usize = 48;
-const RANK_CTL_LINES: usize = 8;
+/// 64-byte lines in one rank's inline block of one parity: the first carries the chunk number,
+/// the descriptor and `INLINE_HEAD` data bytes; each other its own copy of the chunk number and
+/// `INLINE_REST` more.
+const INLINE_LINES: usize = 6;
+const INLINE_HEAD: usize = 48;
+const INLINE_REST: usize = 56;
+/// Data bytes an inline block carries in all.
+pub(crate) const INLINE_DATA: usize = INLINE_HEAD + (INLINE_LINES - 1) * INLINE_REST;
+/// LINEs an inline block takes.
+const INLINE_BLOCK: usize = INLINE_LINES * 64 / LINE;
+const RANK_CTL_LINES: usize = 6 + 2 * INLINE_BLOCK;
+
+/// The 64-byte lines a message of `len` bytes (at most `INLINE_DATA`) takes in an inline block.
+pub(crate) fn inline_lines(len: usize) -> usize {
+    1 + len.saturating_sub(INLINE_HEAD).div_ceil(INLINE_REST)
+}
+
+/// Which bytes of a message line `j` of an inline block carries (capped at `len`).
+pub(crate) fn inline_span(j: usize, len: usize) -> std::ops::Range<usize> {
+    let start = if j == 0 { 0 } else { INLINE_HEAD + (j - 1) * INLINE_REST };
+    let end = INLINE_HEAD + j * INLINE_REST;
+    start.min(len)..end.min(len)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Layout {
@@ -90,18 +110,23 @@ impl Layout {
     pub fn cpu(&self, i: usize) -> usize {
         self.doorbell(i) + 5 * LINE
     }
-    /// The line in which rank i's direct all_reduce of at most `INLINE_DATA` bytes, of parity
-    /// p, travels whole: chunk number, descriptor, data (see algo/direct.rs, Inline).
+    /// The block in which rank i's direct all_reduce of at most `INLINE_DATA` bytes, of parity
+    /// p, travels whole: chunk number, descriptor, data (see algo/direct.rs, Inline). Its
+    /// first word is the chunk number of line 0.
     pub fn inline(&self, i: usize, parity: usize) -> usize {
-        self.doorbell(i) + (6 + parity) * LINE
+        self.doorbell(i) + (6 + parity * INLINE_BLOCK) * LINE
     }
-    /// The descriptor word of that line.
+    /// The descriptor word of that block, in its line 0.
     pub fn inline_desc(&self, i: usize, parity: usize) -> usize {
         self.inline(i, parity) + 8
     }
-    /// The data bytes of that line, `INLINE_DATA` of them.
-    pub fn inline_data(&self, i: usize, parity: usize) -> usize {
-        self.inline(i, parity) + 16
+    /// The chunk number of line `j` of that block.
+    pub fn inline_gen(&self, i: usize, parity: usize, j: usize) -> usize {
+        self.inline(i, parity) + 64 * j
+    }
+    /// Where line `j` of that block keeps its data bytes (`inline_span(j, ..)` of the message).
+    pub fn inline_data(&self, i: usize, parity: usize, j: usize) -> usize {
+        self.inline_gen(i, parity, j) + if j == 0 { 16 } else { 8 }
     }
     pub fn tail(&self, from: usize, to: usize) -> usize {
         self.ring_ctl + (from * self.ranks + to) * 2 * LINE
@@ -213,7 +238,20 @@ impl Segment {
 
 #[cfg(test)]
 mod tests {
-    use super::{Layout, LINE};
+    use super::{inline_lines, inline_span, Layout, INLINE_BLOCK, INLINE_DATA, INLINE_LINES, LINE};
+
+    #[test]
+    fn inline_lines_cover_the_message() {
+        for len in 0..=INLINE_DATA {
+            let k = inline_lines(len);
+            assert!(k <= INLINE_LINES, "{len}");
+            // The lines taken carry every byte, and the last of them carries at least one
+            // (but for an empty message).
+            assert_eq!(inline_span(k - 1, len).end, len, "{len}");
+            assert!(len == 0 || !inline_span(k - 1, len).is_empty(), "{len}");
+        }
+        assert_eq!((inline_lines(48), inline_lines(49), inline_lines(256), inline_lines(328)), (1, 2, 5, 6));
+    }
 
     #[test]
     fn every_control_word_has_its_own_line_and_the_areas_do_not_overlap() {
@@ -222,21 +260,21 @@ mod tests {
             let mut lines = Vec::new();
             for i in 0..ranks {
                 // desc and board share a line on purpose (see `board`); the rest do not.
-                let words = [
-                    l.doorbell(i),
-                    l.sleeping(i),
-                    l.posted(i),
-                    l.reduced(i),
-                    l.desc(i, 0),
-                    l.cpu(i),
-                    l.inline(i, 0),
-                    l.inline(i, 1),
-                ];
-                assert!(
-                    l.inline(i, 1).is_multiple_of(64)
-                        && l.inline_data(i, 1) + super::INLINE_DATA <= l.inline(i, 1) + 64
-                );
+                let words = [l.doorbell(i), l.sleeping(i), l.posted(i), l.reduced(i), l.desc(i, 0), l.cpu(i)];
                 lines.extend(words.iter().map(|w| w / LINE));
+                // Each inline block: its own LINEs, and every piece inside its 64-byte line.
+                for p in 0..2 {
+                    let block = (l.inline(i, p)..l.inline(i, p) + INLINE_BLOCK * LINE).step_by(LINE);
+                    lines.extend(block.map(|at| at / LINE));
+                    let mut carried = 0;
+                    for j in 0..INLINE_LINES {
+                        let (gen, span) = (l.inline_gen(i, p, j), inline_span(j, INLINE_DATA));
+                        assert!(gen.is_multiple_of(64) && l.inline_data(i, p, j) + span.len() <= gen + 64);
+                        assert_eq!(span.start, carried);
+                        carried = span.end;
+                    }
+                    assert_eq!(carried, INLINE_DATA);
+                }
                 assert_eq!(l.desc(i, 1) / LINE, l.desc(i, 0) / LINE);
                 assert_eq!((l.board(i, 1) + 23) / LINE, l.desc(i, 0) / LINE);
             }
@@ -244,7 +282,10 @@ mod tests {
             lines.sort_unstable();
             lines.dedup();
             assert_eq!(lines.len(), all, "{ranks} ranks: two control words share a line");
-            assert!(l.inline(ranks - 1, 1) + LINE <= l.tail(0, 0), "{ranks} ranks: rank_ctl runs into ring_ctl");
+            assert!(
+                l.inline(ranks - 1, 1) + INLINE_BLOCK * LINE <= l.tail(0, 0),
+                "{ranks} ranks: rank_ctl runs into ring_ctl"
+            );
             assert!(l.head(ranks - 1, ranks - 1) + LINE <= l.ring_data(0, 0));
             assert!(l.ring_data(ranks - 1, ranks - 1) + l.ring_cap <= l.slot(0, 0));
             assert_eq!(l.result(1) + l.chunk, l.total);

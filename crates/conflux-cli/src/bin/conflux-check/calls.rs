@@ -1,5 +1,6 @@
 //! `conflux-check calls KIND`: rank 1 makes a call that differs from the other ranks' in one
-//! respect (KIND: op, root, dtype, redop, count, inline, algo). Every rank must fail — in that call or,
+//! respect (KIND: op, root, dtype, redop, count, inline, inline_bound,
+//! algo). Every rank must fail — in that call or,
 //! if its own part of it could finish (a broadcast root), in the next — within seconds, with
 //! an error that shows both calls; nobody may hang or return a wrong answer.
 //!
@@ -26,9 +27,12 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
         ("dtype", true) => comm.all_reduce(&mut i, ReduceOp::Sum),
         ("redop", true) => comm.all_reduce(&mut f, ReduceOp::Max),
         ("count", true) => comm.all_reduce(&mut f[..999], ReduceOp::Sum),
-        // Small enough to travel in the announcing line on one side only (algo/direct.rs).
+        // Inline both, in two lines of the inline block on one side and one on the other
+        // (algo/direct.rs, Inline); then inline on one side only (at most 328 bytes inline).
         ("inline", true) => comm.all_reduce(&mut f[..13], ReduceOp::Sum),
         ("inline", false) => comm.all_reduce(&mut f[..12], ReduceOp::Sum),
+        ("inline_bound", true) => comm.all_reduce(&mut f[..83], ReduceOp::Sum),
+        ("inline_bound", false) => comm.all_reduce(&mut f[..82], ReduceOp::Sum),
         ("algo", true) => comm.with_algo(Some(Algo::Ring)).all_reduce(&mut f, ReduceOp::Sum),
         ("algo", false) => comm.with_algo(Some(Algo::Rd)).all_reduce(&mut f, ReduceOp::Sum),
         ("stashed", _) => scenario_stashed(&comm, &mut f),
