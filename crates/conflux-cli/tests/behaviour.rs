@@ -151,6 +151,8 @@ fn mismatched_calls_fail_every_rank_showing_both() {
         ("count", "all_reduce(float x 999, sum)"),
         ("inline", "all_reduce(float x 13, sum)"),
         ("inline_bound", "all_reduce(float x 83, sum)"),
+        ("gather", "all_gather(float x 21"),
+        ("scatter", "reduce_scatter(float x 903"),
         ("algo", "by ring"),
     ];
     for transport in ["shm", "tcp"] {

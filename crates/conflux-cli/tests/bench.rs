@@ -26,8 +26,8 @@ fn bench_ok(args: &[&str], limit: Duration) -> String {
 /// The algorithms `--algo all` must run for each operation at 3 ranks on one host.
 const ALGOS: &[(&str, &[&str])] = &[
     ("all_reduce", &["ring", "direct", "tree", "rd", "rabenseifner"]),
-    ("all_gather", &["ring", "rd", "bruck"]),
-    ("reduce_scatter", &["ring", "rd"]),
+    ("all_gather", &["ring", "direct", "rd", "bruck"]),
+    ("reduce_scatter", &["ring", "direct", "rd"]),
     ("broadcast", &["tree", "chain", "scatter_allgather"]),
     ("all_to_all", &["pairwise", "bruck"]),
     ("reduce", &["ring", "tree", "chain"]),

@@ -321,6 +321,7 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
             if n > 1 {
                 let blocks = even_blocks(buf.len() / esize, n, esize);
                 match algo {
+                    Algo::Direct => direct::blocks::all_gather(t, s, buf, &blocks)?,
                     Algo::Rd => rd::all_gather(t, s, buf, &blocks)?,
                     Algo::Bruck => bruck::all_gather(t, s, buf, &blocks)?,
                     _ => ring::all_gather(t, s, &whole, buf, &blocks, 0)?,
@@ -329,12 +330,22 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
         }
         Coll::ReduceScatter { input, buf, op } => {
             let blocks = even_blocks(input.unwrap_or(buf).len() / esize, n, esize);
-            let reduce = |t: &mut Transport, work: &mut [u8]| match algo {
-                _ if n == 1 => Ok(()),
-                Algo::Rd => rd::reduce_scatter(t, s, work, &blocks, dtype, *op),
-                _ => ring::reduce_scatter(t, s, &whole, work, &blocks, -1, dtype, *op),
+            let mine = if n > 1 && algo == Algo::Direct {
+                // It reads its input where it is and writes only this rank's block.
+                direct::blocks::reduce_scatter(t, s, *input, buf, &blocks, dtype, *op)?;
+                if input.is_some() {
+                    &mut **buf
+                } else {
+                    &mut buf[blocks[s.rank].clone()]
+                }
+            } else {
+                let reduce = |t: &mut Transport, work: &mut [u8]| match algo {
+                    _ if n == 1 => Ok(()),
+                    Algo::Rd => rd::reduce_scatter(t, s, work, &blocks, dtype, *op),
+                    _ => ring::reduce_scatter(t, s, &whole, work, &blocks, -1, dtype, *op),
+                };
+                on_scatter_buffer(t, s.rank, &blocks, *input, buf, reduce)?
             };
-            let mine = on_scatter_buffer(t, s.rank, &blocks, *input, buf, reduce)?;
             finish_avg(*op, dtype, mine, n);
         }
         Coll::AllToAll { send, send_blocks, recv, recv_blocks, .. } => {

@@ -40,10 +40,12 @@ const INLINE_REST: usize = 56;
 pub(crate) const INLINE_DATA: usize = INLINE_HEAD + (INLINE_LINES - 1) * INLINE_REST;
 /// LINEs an inline block takes.
 const INLINE_BLOCK: usize = INLINE_LINES * 64 / LINE;
+const _: () = assert!((INLINE_LINES * 64).is_multiple_of(LINE), "an inline block fills whole LINEs");
 const RANK_CTL_LINES: usize = 6 + 2 * INLINE_BLOCK;
 
 /// The 64-byte lines a message of `len` bytes (at most `INLINE_DATA`) takes in an inline block.
 pub(crate) fn inline_lines(len: usize) -> usize {
+    debug_assert!(len <= INLINE_DATA);
     1 + len.saturating_sub(INLINE_HEAD).div_ceil(INLINE_REST)
 }
 
@@ -238,7 +240,7 @@ impl Segment {
 
 #[cfg(test)]
 mod tests {
-    use super::{inline_lines, inline_span, Layout, INLINE_BLOCK, INLINE_DATA, INLINE_LINES, LINE};
+    use super::{inline_lines, inline_span, Layout, INLINE_BLOCK, INLINE_DATA, INLINE_LINES, LINE, RANK_CTL_LINES};
 
     #[test]
     fn inline_lines_cover_the_message() {
@@ -274,6 +276,9 @@ mod tests {
                         carried = span.end;
                     }
                     assert_eq!(carried, INLINE_DATA);
+                    // The last line stays inside the block's LINEs, and the block inside the rank's.
+                    assert!(l.inline_gen(i, p, INLINE_LINES - 1) + 64 <= l.inline(i, p) + INLINE_BLOCK * LINE);
+                    assert!(l.inline(i, p) + INLINE_BLOCK * LINE <= l.doorbell(i) + RANK_CTL_LINES * LINE);
                 }
                 assert_eq!(l.desc(i, 1) / LINE, l.desc(i, 0) / LINE);
                 assert_eq!((l.board(i, 1) + 23) / LINE, l.desc(i, 0) / LINE);

@@ -69,17 +69,17 @@ pub(crate) fn scenario_algos(comm: Communicator, quick: bool, must: &[Algo]) -> 
 
 /// Back-to-back small all_reduces of changing lengths, each checked: the direct algorithm
 /// places small chunks at a rotating position in its slots (algo/direct.rs, Placement) when
-/// the host has a core per rank; the 150 slot calls wrap around the slot (16 to 107 positions
+/// the host has a core per rank; the 200 slot calls move through the slot (16 to 107 positions
 /// in the default 256 KiB), among chunks of the other lengths, inline ones included. A wrong
 /// result is recorded and the calls go on, so that every rank stays in step.
 fn many_small(c: &mut Checker) {
     let (n, rank) = (c.comm.size(), c.comm.rank());
     let mut wrong = None;
     for call in 0..300 {
-        // Slot placements (600-4001 elements) between inline calls of every length from 0 to
-        // 90 elements (0-360 bytes: every line count of an inline block, and past it), so
-        // each parity's lines are reused by calls of other lengths (algo/direct.rs).
-        let count = if call % 2 == 0 { [600, 1000, 2600, 4001][call / 2 % 4] } else { call / 2 * 11 % 91 };
+        // Every third call is inline, of each length from 0 to 90 elements in turn (0-360
+        // bytes: every line count of an inline block, and past it), two slot calls between,
+        // so both parities' lines are reused by calls of other lengths (algo/direct).
+        let count = if call % 3 == 2 { call / 3 * 11 % 91 } else { [600, 1000, 2600, 4001][call % 4] };
         let mut x: Vec<f32> = (0..count).map(|i| ((rank * 7 + i + call) % 64) as f32).collect();
         if !c.ok("direct, many small calls", c.comm.all_reduce(&mut x, ReduceOp::Sum)) {
             return;

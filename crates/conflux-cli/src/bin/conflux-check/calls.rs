@@ -1,6 +1,6 @@
 //! `conflux-check calls KIND`: rank 1 makes a call that differs from the other ranks' in one
-//! respect (KIND: op, root, dtype, redop, count, inline, inline_bound,
-//! algo). Every rank must fail — in that call or,
+//! respect (KIND: op, root, dtype, redop, count, inline, inline_bound, gather, scatter, algo).
+//! Every rank must fail — in that call or,
 //! if its own part of it could finish (a broadcast root), in the next — within seconds, with
 //! an error that shows both calls; nobody may hang or return a wrong answer.
 //!
@@ -33,6 +33,15 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
         ("inline", false) => comm.all_reduce(&mut f[..12], ReduceOp::Sum),
         ("inline_bound", true) => comm.all_reduce(&mut f[..83], ReduceOp::Sum),
         ("inline_bound", false) => comm.all_reduce(&mut f[..82], ReduceOp::Sum),
+        // Another block size: inline (7 against 6 floats a rank), and through the slots.
+        ("gather", _) => {
+            let per = if odd { 7 } else { 6 };
+            comm.all_gather(&f[..per], &mut vec![0f32; per * comm.size()])
+        }
+        ("scatter", _) => {
+            let per = if odd { 301 } else { 300 };
+            comm.reduce_scatter(&f[..per * comm.size()], &mut vec![0f32; per], ReduceOp::Sum)
+        }
         ("algo", true) => comm.with_algo(Some(Algo::Ring)).all_reduce(&mut f, ReduceOp::Sum),
         ("algo", false) => comm.with_algo(Some(Algo::Rd)).all_reduce(&mut f, ReduceOp::Sum),
         ("stashed", _) => scenario_stashed(&comm, &mut f),

@@ -1,4 +1,5 @@
-//! The direct shared-segment all_reduce, for communicators whose ranks all share one host.
+//! The direct shared-segment all_reduce, for communicators whose ranks all share one host;
+//! all_gather and reduce_scatter take the same rounds (`blocks.rs`).
 //!
 //! Every rank copies a chunk of its input into its own slot, each rank reduces one slice of
 //! that chunk across all slots into the shared result, and every rank copies the whole result
@@ -38,21 +39,26 @@
 //! `inline(me, p)`: up to six 64-byte lines, each carrying its own copy of the chunk number
 //! beside its data (line 0 also the descriptor). Rank me writes a line's data, then its number
 //! (Release); a peer that sees the number in every line the length takes (Acquire) has the
-//! data in the lines it just read. A peer polls all of them at once, so their transfers
-//! overlap: one round trip per call, where a slot, a descriptor line and `posted` take two
-//! (the data is read only after `posted` is seen). At 2 ranks, medians of 5 interleaved runs
-//! with ranks bound to cores: 64 B 0.62 against 0.81 us, 256 B 0.67 against 0.84; one line
-//! (8 B) had taken it from 0.79-0.98 to 0.59.
-//! `posted[me] = gen` is stored too, so that the counter larger chunks wait on never falls
-//! behind; no peer reads it meanwhile, so the store stays in this rank's cache. Reuse is as
-//! for slots: the block of parity p is next written at gen + 2, after every peer announced
-//! gen + 1 (in its inline block or `posted`), which it does only after reading this one. Ranks
-//! that disagree on the length take different paths, or different lines with different
-//! descriptors, and find out from the descriptor or from the call board while they wait.
+//! data in the lines it just read. A waiting peer loads every line's number on each poll, so
+//! the lines travel together as they are written, where the slot path reads `posted` first and
+//! the slot and descriptor lines only after it. At 2 ranks, medians of 5 interleaved runs with
+//! ranks bound to cores: 64 B 0.62 against 0.81 us, 256 B 0.67 against 0.84; one line (8 B)
+//! had taken it from 0.79-0.98 to 0.59. `posted[me] = gen` is stored too, so that the counter
+//! larger chunks wait on never falls behind; no peer reads it meanwhile, so the store stays in
+//! this rank's cache. Reuse is as for slots: the block of parity p is next written at gen + 2,
+//! after every peer announced gen + 1 (in its inline block or `posted`), which it does only
+//! after reading this one. A line a shorter call left out keeps an older number, which no peer
+//! takes for this call's. Ranks that disagree on the length take different paths, or
+//! different lines with different descriptors, and find out from the descriptor or from the
+//! call board while they wait.
+//!
+//! Rounds (`publish`, `await_round`, `part`) are steps 1 and 2 above, inline or through the
+//! slots, for any operation whose every rank publishes a part and reads the others'.
 //!
 //! Every element is reduced over ranks 0..N in that order, so the result is the same bitwise on
 //! every rank, and f16/bf16 accumulate in f32 across all ranks before one rounding.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -63,6 +69,8 @@ use crate::transport::shm::{inline_lines, inline_span, INLINE_DATA};
 use crate::transport::wait::ring_doorbell;
 use crate::transport::{LinkError, Segment, Transport};
 
+pub(crate) mod blocks;
+
 /// Up to this many bytes per rank, every rank reduces the whole message itself.
 const SMALL: usize = 16 << 10;
 
@@ -72,7 +80,7 @@ const ROTATE_FROM: usize = 2 << 10;
 
 /// Where in its slot chunk `gen` of `len` bytes goes: position `gen / 2` of as many as fit in
 /// `slot` bytes when `rotate`, else the start.
-fn placement(gen: u64, len: usize, slot: usize, rotate: bool) -> usize {
+pub(super) fn placement(gen: u64, len: usize, slot: usize, rotate: bool) -> usize {
     if !rotate || len < ROTATE_FROM {
         return 0;
     }
@@ -90,7 +98,7 @@ fn ring_all(seg: &Segment, me: usize) {
 
 /// Calls `f(span, offset)` for each piece of `parts` (consecutive, as one buffer) that
 /// overlaps `range`, with the overlapping part and its offset from `range.start`.
-fn each_span(parts: &mut [&mut [u8]], range: std::ops::Range<usize>, mut f: impl FnMut(&mut [u8], usize)) {
+pub(super) fn each_span(parts: &mut [&mut [u8]], range: std::ops::Range<usize>, mut f: impl FnMut(&mut [u8], usize)) {
     let mut base = 0;
     for part in parts.iter_mut() {
         let (lo, hi) = (range.start.max(base), range.end.min(base + part.len()));
@@ -128,8 +136,155 @@ fn mismatch(t: &Transport, k: usize) -> LinkError {
     LinkError::Mismatch { peer: k, detail }
 }
 
+/// How one rank's bytes of a round travel: in its inline block (Inline above), or at an
+/// offset in its slot. Every rank takes the same way in a round.
+#[derive(Clone, Copy)]
+pub(super) enum Via {
+    Inline,
+    Slot(usize),
+}
+
+impl Via {
+    /// Inline when the longest rank's part fits an inline block, else at `place` in the slot.
+    pub(super) fn for_len(most: usize, place: usize) -> Via {
+        if most <= INLINE_DATA {
+            Via::Inline
+        } else {
+            Via::Slot(place)
+        }
+    }
+}
+
+/// Starts round `gen` for this rank: writes its `len` bytes (`fill(dst, range)` copies bytes
+/// `range` of them into `dst`) and its descriptor, then announces `gen` and rings the peers.
+pub(super) fn publish(
+    seg: &Segment,
+    me: usize,
+    gen: u64,
+    via: Via,
+    len: usize,
+    digest: u64,
+    mut fill: impl FnMut(&mut [u8], Range<usize>),
+) {
+    let l = seg.layout;
+    let p = (gen % 2) as usize;
+    match via {
+        Via::Inline => {
+            for j in (0..inline_lines(len)).rev() {
+                let span = inline_span(j, len);
+                // SAFETY: the data bytes of line j of inline(me, p) are ours to write: every
+                // peer finished reading them (Reuse above), and none reads them again before
+                // we store `gen` in that line below.
+                fill(unsafe { seg.bytes_mut(l.inline_data(me, p, j), span.len()) }, span);
+                if j == 0 {
+                    seg.u64_at(l.inline_desc(me, p)).store(digest, Ordering::Relaxed);
+                }
+                seg.u64_at(l.inline_gen(me, p, j)).store(gen, Ordering::Release);
+            }
+        }
+        Via::Slot(place) => {
+            debug_assert!(place + len <= l.chunk);
+            // SAFETY: slot(me, p) is ours to write: every rank finished reading it (Reuse above).
+            fill(unsafe { seg.bytes_mut(l.slot(me, p) + place, len) }, 0..len);
+            seg.u64_at(l.desc(me, p)).store(digest, Ordering::Relaxed);
+        }
+    }
+    // Inline, the store stays in this rank's cache: no peer reads `posted` meanwhile (Inline above).
+    seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
+    ring_all(seg, me);
+}
+
+/// Waits until every rank announced round `gen` (rank k with `len(k)` bytes), then compares
+/// their descriptors with `digest`: a rank that differs fails the call, named.
+pub(super) fn await_round(
+    t: &mut Transport,
+    s: &Step,
+    seg: &Segment,
+    gen: u64,
+    via: Via,
+    len: impl Fn(usize) -> usize,
+    digest: u64,
+) -> Result<(), LinkError> {
+    let l = seg.layout;
+    let (n, p) = (l.ranks, (gen % 2) as usize);
+    let announced = |k: usize| match via {
+        Via::Inline => (0..inline_lines(len(k)))
+            .fold(true, |all, j| all & (seg.u64_at(l.inline_gen(k, p, j)).load(Ordering::Acquire) >= gen)),
+        Via::Slot(_) => seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen,
+    };
+    t.wait_until(s.deadline, || (0..n).all(announced), || (0..n).filter(|&k| !announced(k)).collect())?;
+    let desc = |k: usize| match via {
+        Via::Inline => l.inline_desc(k, p),
+        Via::Slot(_) => l.desc(k, p),
+    };
+    if let Some(k) = (0..n).find(|&k| seg.u64_at(desc(k)).load(Ordering::Relaxed) != digest) {
+        let e = mismatch(t, k);
+        return Err(t.fail(e));
+    }
+    Ok(())
+}
+
+/// Copies bytes `range` of rank k's part of round `gen`, which every rank announced
+/// (`await_round`), into `dst`.
+pub(super) fn copy_part(seg: &Segment, k: usize, gen: u64, via: Via, range: Range<usize>, dst: &mut [u8]) {
+    let l = seg.layout;
+    let p = (gen % 2) as usize;
+    match via {
+        Via::Inline => {
+            for j in 0..inline_lines(range.end) {
+                let span = inline_span(j, range.end);
+                let (lo, hi) = (span.start.max(range.start), span.end);
+                if lo < hi {
+                    let from = l.inline_data(k, p, j) + (lo - span.start);
+                    // SAFETY: rank k stored `gen` in line j after writing its data bytes, and
+                    // this rank saw it (`await_round`, Acquire); k rewrites them only after
+                    // this rank announces gen + 1 (Reuse above).
+                    dst[lo - range.start..hi - range.start].copy_from_slice(unsafe { seg.bytes(from, hi - lo) });
+                }
+            }
+        }
+        Via::Slot(_) => dst.copy_from_slice(part(seg, k, gen, via, range, &mut [])),
+    }
+}
+
+/// Bytes `range` of rank k's part of round `gen`: borrowed from its slot, or gathered from its
+/// inline lines into `into`.
+pub(super) fn part<'a>(
+    seg: &'a Segment,
+    k: usize,
+    gen: u64,
+    via: Via,
+    range: Range<usize>,
+    into: &'a mut [u8],
+) -> &'a [u8] {
+    match via {
+        Via::Inline => {
+            let into = &mut into[..range.len()];
+            copy_part(seg, k, gen, via, range, into);
+            into
+        }
+        // SAFETY: rank k posted gen (`await_round`, Acquire) after writing its slot, and
+        // rewrites it only after this rank posts gen + 1 (Reuse above).
+        Via::Slot(place) => unsafe {
+            seg.bytes(seg.layout.slot(k, (gen % 2) as usize) + place + range.start, range.len())
+        },
+    }
+}
+
+/// What every direct operation starts from: the segment, and the digest of this call and the
+/// one before (`Calls::digest`) that every rank's must equal. A transport that failed already
+/// writes nothing more: a peer still in the failed call could read it as that call's data.
+pub(super) fn start(t: &Transport) -> Result<(Arc<Segment>, u64), LinkError> {
+    if let Some(e) = &t.broken {
+        return Err(e.clone());
+    }
+    let seg = t.waiter.seg.clone().expect("direct algorithm needs a segment");
+    Ok((seg, t.waiter.calls.digest()))
+}
+
 /// all_reduce of `input` (or `out` itself, in place) into `out`: consecutive pieces that
-/// form one buffer, so that many tensors reduce as one message with no staging copy. `input`
+/// form one buffer, so that many tensors reduce as one message without first being copied
+/// together. `input`
 /// is given only with a single piece. Avg is left as a sum.
 pub(crate) fn all_reduce(
     t: &mut Transport,
@@ -140,14 +295,13 @@ pub(crate) fn all_reduce(
     op: ReduceOp,
 ) -> Result<(), LinkError> {
     debug_assert!(input.is_none() || out.len() == 1);
-    let seg: Arc<Segment> = t.waiter.seg.clone().expect("direct algorithm needs a segment");
+    // Every rank's call, and the one before, must be this rank's (see transport/fingerprint.rs).
+    let (seg, digest) = start(t)?;
     let l = seg.layout;
     let (n, me) = (l.ranks, t.waiter.me_local);
     let esize = dtype.size();
     let chunk = l.chunk / (esize * n) * (esize * n);
     let total: usize = out.iter().map(|p| p.len()).sum();
-    // Every rank's call, and the one before, must be this rank's (see transport/fingerprint.rs).
-    let digest = t.waiter.calls.digest();
     if total <= INLINE_DATA {
         return all_reduce_inline(t, s, &seg, input, out, (dtype, op), digest);
     }
@@ -159,26 +313,15 @@ pub(crate) fn all_reduce(
         let p = (gen % 2) as usize;
         let small = total / n <= SMALL || len <= SMALL;
         let place = placement(gen, len, l.chunk, small && !t.topo.oversubscribed());
-        debug_assert!(place + len <= l.chunk);
-        // SAFETY: slot(me, p) is ours to write: every rank finished reading it (see Reuse above).
-        let slot = unsafe { seg.bytes_mut(l.slot(me, p) + place, len) };
-        match input {
-            Some(i) => slot.copy_from_slice(&i[at..at + len]),
-            None => each_span(out, at..at + len, |span, off| slot[off..off + span.len()].copy_from_slice(span)),
-        }
-        seg.u64_at(l.desc(me, p)).store(digest, Ordering::Relaxed);
-        seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
-        ring_all(&seg, me);
-        let all_posted = || (0..n).all(|k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen);
-        let not_posted = || (0..n).filter(|&k| seg.u64_at(l.posted(k)).load(Ordering::Acquire) < gen).collect();
-        t.wait_until(s.deadline, all_posted, not_posted)?;
-        if let Some(k) = (0..n).find(|&k| seg.u64_at(l.desc(k, p)).load(Ordering::Relaxed) != digest) {
-            let e = mismatch(t, k);
-            return Err(t.fail(e));
-        }
-        // SAFETY: every rank posted gen, so every slot of parity p holds this chunk and none is
-        // written again before this rank posts gen + 1 (Reuse above).
-        let slots: Vec<&[u8]> = (0..n).map(|k| unsafe { seg.bytes(l.slot(k, p) + place, len) }).collect();
+        let fill = |dst: &mut [u8], r: Range<usize>| match input {
+            Some(i) => dst.copy_from_slice(&i[at + r.start..at + r.end]),
+            None => {
+                each_span(out, at + r.start..at + r.end, |span, off| dst[off..off + span.len()].copy_from_slice(span))
+            }
+        };
+        publish(&seg, me, gen, Via::Slot(place), len, digest, fill);
+        await_round(t, s, &seg, gen, Via::Slot(place), |_| len, digest)?;
+        let slots: Vec<&[u8]> = (0..n).map(|k| part(&seg, k, gen, Via::Slot(place), 0..len, &mut [])).collect();
         if small {
             reduce_whole(&slots, me, input, out, at, (dtype, op));
         } else {
@@ -209,7 +352,7 @@ pub(crate) fn all_reduce(
 
 /// Reduces every rank's copy of bytes `at..at + slots[k].len()` of the message (`slots`, by
 /// local rank) into `out`.
-fn reduce_whole(
+pub(super) fn reduce_whole(
     slots: &[&[u8]],
     me: usize,
     input: Option<&[u8]>,
@@ -247,36 +390,18 @@ fn all_reduce_inline(
     kind: (DataType, ReduceOp),
     digest: u64,
 ) -> Result<(), LinkError> {
-    let l = seg.layout;
-    let (n, me) = (l.ranks, t.waiter.me_local);
+    let (n, me) = (seg.layout.ranks, t.waiter.me_local);
     let len: usize = out.iter().map(|p| p.len()).sum();
-    let lines = inline_lines(len);
     t.direct_gen += 1;
     let gen = t.direct_gen;
-    let p = (gen % 2) as usize;
-    // Line 0 last: its descriptor is what a peer checks once every line has arrived.
-    for j in (0..lines).rev() {
-        let span = inline_span(j, len);
-        // SAFETY: the data bytes of line j of inline(me, p) are ours to write: every peer
-        // finished reading them (Reuse above), and none reads them again before we store `gen`
-        // in that line below.
-        let data = unsafe { seg.bytes_mut(l.inline_data(me, p, j), span.len()) };
-        match input {
-            Some(i) => data.copy_from_slice(&i[span]),
-            None => each_span(out, span, |piece, off| data[off..off + piece.len()].copy_from_slice(piece)),
-        }
-        if j == 0 {
-            seg.u64_at(l.inline_desc(me, p)).store(digest, Ordering::Relaxed);
-        }
-        seg.u64_at(l.inline_gen(me, p, j)).store(gen, Ordering::Release);
-    }
-    seg.u64_at(l.posted(me)).store(gen, Ordering::Release);
-    ring_all(seg, me);
-    let announced = |k: usize| (0..lines).all(|j| seg.u64_at(l.inline_gen(k, p, j)).load(Ordering::Acquire) >= gen);
-    t.wait_until(s.deadline, || (0..n).all(announced), || (0..n).filter(|&k| !announced(k)).collect())?;
-    if let Some(k) = (0..n).find(|&k| seg.u64_at(l.inline_desc(k, p)).load(Ordering::Relaxed) != digest) {
-        let e = mismatch(t, k);
-        return Err(t.fail(e));
+    let fill = |dst: &mut [u8], r: Range<usize>| match input {
+        Some(i) => dst.copy_from_slice(&i[r]),
+        None => each_span(out, r, |span, off| dst[off..off + span.len()].copy_from_slice(span)),
+    };
+    publish(seg, me, gen, Via::Inline, len, digest, fill);
+    await_round(t, s, seg, gen, Via::Inline, |_| len, digest)?;
+    if len == 0 {
+        return Ok(());
     }
     // The peers' data, gathered from their lines into one buffer per rank (this rank's own
     // part comes from its input: `reduce_whole`).
@@ -284,17 +409,11 @@ fn all_reduce_inline(
     if gathered.len() < n * len {
         gathered.resize(n * len, 0);
     }
-    for k in (0..n).filter(|&k| k != me) {
-        for j in 0..lines {
-            let span = inline_span(j, len);
-            // SAFETY: rank k stored `gen` in line j after writing its data bytes, and this
-            // rank saw it (Acquire); k rewrites them only after this rank announces gen + 1
-            // (Reuse above).
-            let data = unsafe { seg.bytes(l.inline_data(k, p, j), span.len()) };
-            gathered[k * len + span.start..k * len + span.end].copy_from_slice(data);
-        }
-    }
-    let slots: Vec<&[u8]> = (0..n).map(|k| &gathered[k * len..(k + 1) * len]).collect();
+    let slots: Vec<&[u8]> = gathered[..n * len]
+        .chunks_mut(len.max(1))
+        .enumerate()
+        .map(|(k, into)| if k == me { &*into } else { part(seg, k, gen, Via::Inline, 0..len, into) })
+        .collect();
     reduce_whole(&slots, me, input, out, 0, kind);
     t.staging = gathered;
     Ok(())
