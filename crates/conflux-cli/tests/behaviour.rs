@@ -152,6 +152,7 @@ fn mismatched_calls_fail_every_rank_showing_both() {
         ("inline", "all_reduce(float x 13, sum)"),
         ("inline_bound", "all_reduce(float x 83, sum)"),
         ("gather", "all_gather(float x 21"),
+        ("gather_bound", "all_gather(float x 249"),
         ("scatter", "reduce_scatter(float x 903"),
         ("algo", "by ring"),
     ];

@@ -402,8 +402,11 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // Each rank copies its block in and the others' out: the whole message once, with a
         // sync per slot-sized window of a block (of all the blocks side by side, for
         // reduce_scatter, which reduces one block from N streams: see all_reduce).
-        // Its copies run at the cached rate like the others' (measured, 4 ranks on 2 cores,
-        // all_gather of 128 KiB: direct 24 us, rd 30-37, where the streaming rate called them even).
+        // Fitted: while the message fits in cache its copies are taken 2.5x faster, the
+        // factor β has there (measured, 4 ranks on 2 cores, all_gather of 128 KiB: direct 24
+        // us, rd 30-37, which the plain copy rate called even). At 2 ranks it makes direct's
+        // 512 KiB all_gather look 1.5x faster than the ring's, where the two tie (auto at
+        // 0.91-0.98 of the best in --report-auto runs).
         (AllGather, Direct) => {
             let windows = (call.bytes as f64 / n / (256 << 10) as f64).ceil().max(1.0);
             windows * m.sync_us * m.sync_factor(topo) + b * cp / if cached { 2.5 } else { 1.0 }

@@ -17,7 +17,7 @@
 //! result(p)         direct algorithm: chunk bytes per parity
 //! ```
 //! Who writes what, and the orderings that make it safe, is written where each protocol is:
-//! `ring.rs` for the point-to-point rings, `algo/direct.rs` for the direct algorithm, and
+//! `ring.rs` for the point-to-point rings, `algo/direct/` for the direct algorithm, and
 //! `wait.rs` for doorbells.
 
 use std::fs::File;
@@ -75,7 +75,9 @@ fn round_up(x: usize, to: usize) -> usize {
 impl Layout {
     pub fn new(ranks: usize, ring_cap: usize, chunk: usize) -> Layout {
         let ring_cap = round_up(ring_cap, PAGE);
-        let chunk = round_up(chunk, PAGE);
+        // At least 64 bytes a rank, so that a rank's share of a chunk (the direct algorithms
+        // split one N ways) holds whole elements of any type.
+        let chunk = round_up(chunk.max(ranks * 64), PAGE);
         let rank_ctl = PAGE;
         let ring_ctl = round_up(rank_ctl + ranks * RANK_CTL_LINES * LINE, PAGE);
         let ring_data = round_up(ring_ctl + ranks * ranks * 2 * LINE, PAGE);
@@ -95,7 +97,7 @@ impl Layout {
     pub fn reduced(&self, i: usize) -> usize {
         self.doorbell(i) + 3 * LINE
     }
-    /// What rank i's current direct call is, one word per parity (see algo/direct.rs).
+    /// What rank i's current direct call is, one word per parity (see algo/direct/mod.rs).
     pub fn desc(&self, i: usize, parity: usize) -> usize {
         self.doorbell(i) + 4 * LINE + 8 * parity
     }
@@ -112,8 +114,8 @@ impl Layout {
     pub fn cpu(&self, i: usize) -> usize {
         self.doorbell(i) + 5 * LINE
     }
-    /// The block in which rank i's direct all_reduce of at most `INLINE_DATA` bytes, of parity
-    /// p, travels whole: chunk number, descriptor, data (see algo/direct.rs, Inline). Its
+    /// The block in which rank i's part of a direct round of at most `INLINE_DATA` bytes, of parity
+    /// p, travels whole: chunk number, descriptor, data (see algo/direct/mod.rs, Inline). Its
     /// first word is the chunk number of line 0.
     pub fn inline(&self, i: usize, parity: usize) -> usize {
         self.doorbell(i) + (6 + parity * INLINE_BLOCK) * LINE
@@ -241,6 +243,14 @@ impl Segment {
 #[cfg(test)]
 mod tests {
     use super::{inline_lines, inline_span, Layout, INLINE_BLOCK, INLINE_DATA, INLINE_LINES, LINE, RANK_CTL_LINES};
+
+    #[test]
+    fn a_chunk_holds_an_element_of_any_type_for_every_rank() {
+        for ranks in [1, 2, 64, 65, 200, 1000] {
+            let l = Layout::new(ranks, 4096, 4096);
+            assert!(l.chunk / ranks >= 8 && l.chunk.is_multiple_of(4096), "{ranks} ranks: chunk {}", l.chunk);
+        }
+    }
 
     #[test]
     fn inline_lines_cover_the_message() {

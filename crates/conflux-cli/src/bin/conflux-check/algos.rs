@@ -68,7 +68,7 @@ pub(crate) fn scenario_algos(comm: Communicator, quick: bool, must: &[Algo]) -> 
 }
 
 /// Back-to-back small all_reduces of changing lengths, each checked: the direct algorithm
-/// places small chunks at a rotating position in its slots (algo/direct.rs, Placement) when
+/// places small chunks at a rotating position in its slots (algo/direct/mod.rs, Placement) when
 /// the host has a core per rank; the 200 slot calls move through the slot (16 to 107 positions
 /// in the default 256 KiB), among chunks of the other lengths, inline ones included. A wrong
 /// result is recorded and the calls go on, so that every rank stays in step.

@@ -1,5 +1,6 @@
 //! `conflux-check calls KIND`: rank 1 makes a call that differs from the other ranks' in one
-//! respect (KIND: op, root, dtype, redop, count, inline, inline_bound, gather, scatter, algo).
+//! respect (KIND: op, root, dtype, redop, count, inline, inline_bound, gather, gather_bound,
+//! scatter, algo).
 //! Every rank must fail — in that call or,
 //! if its own part of it could finish (a broadcast root), in the next — within seconds, with
 //! an error that shows both calls; nobody may hang or return a wrong answer.
@@ -28,14 +29,20 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
         ("redop", true) => comm.all_reduce(&mut f, ReduceOp::Max),
         ("count", true) => comm.all_reduce(&mut f[..999], ReduceOp::Sum),
         // Inline both, in two lines of the inline block on one side and one on the other
-        // (algo/direct.rs, Inline); then inline on one side only (at most 328 bytes inline).
+        // (algo/direct/mod.rs, Inline); then inline on one side only (at most 328 bytes inline).
         ("inline", true) => comm.all_reduce(&mut f[..13], ReduceOp::Sum),
         ("inline", false) => comm.all_reduce(&mut f[..12], ReduceOp::Sum),
         ("inline_bound", true) => comm.all_reduce(&mut f[..83], ReduceOp::Sum),
         ("inline_bound", false) => comm.all_reduce(&mut f[..82], ReduceOp::Sum),
-        // Another block size: inline (7 against 6 floats a rank), and through the slots.
-        ("gather", _) => {
-            let per = if odd { 7 } else { 6 };
+        // Another block size: inline both (7 against 6 floats a rank), inline on one side only
+        // (83 against 82), and through the slots.
+        ("gather" | "gather_bound", _) => {
+            let per = match (kind, odd) {
+                ("gather", true) => 7,
+                ("gather", false) => 6,
+                (_, true) => 83,
+                (_, false) => 82,
+            };
             comm.all_gather(&f[..per], &mut vec![0f32; per * comm.size()])
         }
         ("scatter", _) => {

@@ -32,8 +32,10 @@
 //! slower than recursive doubling, whose ring buffer moves on; rotating through a window of
 //! 128 KiB or more brings it to 0.95–1.05x. With ranks sharing cores the lines are local and
 //! the larger footprint only costs (1.7x slower at 512 B against rd, 8 ranks on 2 cores), so
-//! it stays put; and below 2 KiB the reuse wins even with a core per rank. Reuse above covers
-//! the whole slot, whatever the position.
+//! it stays put; and below 2 KiB the reuse wins even with a core per rank. all_gather and
+//! reduce_scatter rotate their windows whatever their size, with a core per rank (`blocks.rs`;
+//! their --report-auto cells at 2 ranks stayed at 0.91 of the best or above). Reuse above
+//! covers the whole slot, whatever the position.
 //!
 //! Inline. A message of at most `INLINE_DATA` (328) bytes travels in rank me's inline block
 //! `inline(me, p)`: up to six 64-byte lines, each carrying its own copy of the chunk number
@@ -157,7 +159,13 @@ impl Via {
 
 /// Starts round `gen` for this rank: writes its `len` bytes (`fill(dst, range)` copies bytes
 /// `range` of them into `dst`) and its descriptor, then announces `gen` and rings the peers.
-pub(super) fn publish(
+///
+/// # Safety
+/// `gen` is this communicator's next round (`Transport::direct_gen`, counted alike on every
+/// rank), and this rank finished round gen - 1: its `await_round` returned Ok and nothing it
+/// read through `part` is still in use. Then every peer has finished reading this rank's
+/// parity of gen - 2 (Reuse above). With `Via::Slot(place)`, place + len fits in the slot.
+pub(super) unsafe fn publish(
     seg: &Segment,
     me: usize,
     gen: u64,
@@ -173,8 +181,8 @@ pub(super) fn publish(
             for j in (0..inline_lines(len)).rev() {
                 let span = inline_span(j, len);
                 // SAFETY: the data bytes of line j of inline(me, p) are ours to write: every
-                // peer finished reading them (Reuse above), and none reads them again before
-                // we store `gen` in that line below.
+                // peer finished reading them (this function's contract), and none reads them
+                // again before we store `gen` in that line below.
                 fill(unsafe { seg.bytes_mut(l.inline_data(me, p, j), span.len()) }, span);
                 if j == 0 {
                     seg.u64_at(l.inline_desc(me, p)).store(digest, Ordering::Relaxed);
@@ -184,7 +192,8 @@ pub(super) fn publish(
         }
         Via::Slot(place) => {
             debug_assert!(place + len <= l.chunk);
-            // SAFETY: slot(me, p) is ours to write: every rank finished reading it (Reuse above).
+            // SAFETY: slot(me, p) is ours to write: every rank finished reading it, and
+            // place + len fits (this function's contract).
             fill(unsafe { seg.bytes_mut(l.slot(me, p) + place, len) }, 0..len);
             seg.u64_at(l.desc(me, p)).store(digest, Ordering::Relaxed);
         }
@@ -224,9 +233,13 @@ pub(super) fn await_round(
     Ok(())
 }
 
-/// Copies bytes `range` of rank k's part of round `gen`, which every rank announced
-/// (`await_round`), into `dst`.
-pub(super) fn copy_part(seg: &Segment, k: usize, gen: u64, via: Via, range: Range<usize>, dst: &mut [u8]) {
+/// Copies bytes `range` of rank k's part of round `gen` into `dst`.
+///
+/// # Safety
+/// This rank's `await_round` for `gen` returned Ok, with rank k's length at least `range.end`,
+/// and this rank has not published gen + 1 since: until it does, k does not rewrite its part
+/// (Reuse above).
+pub(super) unsafe fn copy_part(seg: &Segment, k: usize, gen: u64, via: Via, range: Range<usize>, dst: &mut [u8]) {
     let l = seg.layout;
     let p = (gen % 2) as usize;
     match via {
@@ -237,19 +250,23 @@ pub(super) fn copy_part(seg: &Segment, k: usize, gen: u64, via: Via, range: Rang
                 if lo < hi {
                     let from = l.inline_data(k, p, j) + (lo - span.start);
                     // SAFETY: rank k stored `gen` in line j after writing its data bytes, and
-                    // this rank saw it (`await_round`, Acquire); k rewrites them only after
-                    // this rank announces gen + 1 (Reuse above).
+                    // this rank saw it (`await_round`, Acquire: line j is within k's length);
+                    // k rewrites them only after this rank announces gen + 1, which it has not.
                     dst[lo - range.start..hi - range.start].copy_from_slice(unsafe { seg.bytes(from, hi - lo) });
                 }
             }
         }
-        Via::Slot(_) => dst.copy_from_slice(part(seg, k, gen, via, range, &mut [])),
+        // SAFETY: this function's contract is `part`'s, and the slice is gone when it returns.
+        Via::Slot(_) => dst.copy_from_slice(unsafe { part(seg, k, gen, via, range, &mut []) }),
     }
 }
 
 /// Bytes `range` of rank k's part of round `gen`: borrowed from its slot, or gathered from its
 /// inline lines into `into`.
-pub(super) fn part<'a>(
+///
+/// # Safety
+/// As `copy_part`'s, and the slice returned is dropped before this rank publishes gen + 1.
+pub(super) unsafe fn part<'a>(
     seg: &'a Segment,
     k: usize,
     gen: u64,
@@ -260,11 +277,13 @@ pub(super) fn part<'a>(
     match via {
         Via::Inline => {
             let into = &mut into[..range.len()];
-            copy_part(seg, k, gen, via, range, into);
+            // SAFETY: this function's contract is `copy_part`'s.
+            unsafe { copy_part(seg, k, gen, via, range, into) };
             into
         }
         // SAFETY: rank k posted gen (`await_round`, Acquire) after writing its slot, and
-        // rewrites it only after this rank posts gen + 1 (Reuse above).
+        // rewrites it only after this rank posts gen + 1, which the caller does only once it
+        // has dropped this slice (this function's contract).
         Via::Slot(place) => unsafe {
             seg.bytes(seg.layout.slot(k, (gen % 2) as usize) + place + range.start, range.len())
         },
@@ -319,9 +338,15 @@ pub(crate) fn all_reduce(
                 each_span(out, at + r.start..at + r.end, |span, off| dst[off..off + span.len()].copy_from_slice(span))
             }
         };
-        publish(&seg, me, gen, Via::Slot(place), len, digest, fill);
+        // SAFETY: gen is the next round; every round before it ended in an `await_round` that
+        // returned Ok (an error ends the call, and `start` refuses the next one), and its parts
+        // were dropped with its iteration or call. placement keeps place + len in the slot.
+        unsafe { publish(&seg, me, gen, Via::Slot(place), len, digest, fill) };
         await_round(t, s, &seg, gen, Via::Slot(place), |_| len, digest)?;
-        let slots: Vec<&[u8]> = (0..n).map(|k| part(&seg, k, gen, Via::Slot(place), 0..len, &mut [])).collect();
+        // SAFETY: round gen was awaited with every rank's length `len`; the slices go with this
+        // iteration, before the next publish.
+        let slots: Vec<&[u8]> =
+            (0..n).map(|k| unsafe { part(&seg, k, gen, Via::Slot(place), 0..len, &mut []) }).collect();
         if small {
             reduce_whole(&slots, me, input, out, at, (dtype, op));
         } else {
@@ -398,7 +423,8 @@ fn all_reduce_inline(
         Some(i) => dst.copy_from_slice(&i[r]),
         None => each_span(out, r, |span, off| dst[off..off + span.len()].copy_from_slice(span)),
     };
-    publish(seg, me, gen, Via::Inline, len, digest, fill);
+    // SAFETY: as in `all_reduce`'s loop: the next round, after rounds that all ended awaited.
+    unsafe { publish(seg, me, gen, Via::Inline, len, digest, fill) };
     await_round(t, s, seg, gen, Via::Inline, |_| len, digest)?;
     if len == 0 {
         return Ok(());
@@ -412,7 +438,9 @@ fn all_reduce_inline(
     let slots: Vec<&[u8]> = gathered[..n * len]
         .chunks_mut(len.max(1))
         .enumerate()
-        .map(|(k, into)| if k == me { &*into } else { part(seg, k, gen, Via::Inline, 0..len, into) })
+        // SAFETY: round gen was awaited with every rank's length `len`; the slices are gone
+        // when this call returns.
+        .map(|(k, into)| if k == me { &*into } else { unsafe { part(seg, k, gen, Via::Inline, 0..len, into) } })
         .collect();
     reduce_whole(&slots, me, input, out, 0, kind);
     t.staging = gathered;
