@@ -5,9 +5,9 @@
 //! rank's window into place. Each block is written once and read by the N - 1 others, where
 //! the ring copies it into and out of a link at each of N - 1 hops.
 //!
-//! reduce_scatter: in each round every rank publishes the same window of each of its N blocks,
-//! side by side at a stride of the window, and reduces window `rank` of every rank's part into
-//! its own block, its own part taken from its input rather than its slot.
+//! reduce_scatter: in each round every rank publishes the same window of each of its N blocks
+//! but its own, side by side at a stride of the window, and reduces window `rank` of every
+//! rank's part into its own block, its own part taken from its input rather than its slot.
 //!
 //! A window is a whole block while the parts fit a slot (an inline block when they are at most
 //! `INLINE_DATA` bytes), else as much of it as does. Blocks are numbered by rank and parts by
@@ -93,8 +93,9 @@ pub(crate) fn reduce_scatter(
         let gen = t.direct_gen;
         let via = Via::for_len(n * most, placement(gen, n * window, seg.layout.chunk, rotate));
         let src: &[u8] = input.unwrap_or(buf);
+        // Its own block's window no peer reads: left unwritten.
         let fill = |dst: &mut [u8], r: Range<usize>| {
-            for b in 0..n {
+            for b in (0..n).filter(|&b| b != me) {
                 let (lo, hi) = (at(b).start.max(r.start), at(b).end.min(r.end));
                 if lo < hi {
                     let from = win(b).start + lo - at(b).start;
