@@ -35,6 +35,7 @@
 use std::fmt::Write as _;
 
 use super::{Algo, OpKind};
+use crate::transport::shm::INLINE_DATA;
 
 /// Where the ranks of a communicator are. Identical on every rank.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -412,11 +413,12 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             windows * m.sync_us * m.sync_factor(topo) + b * cp / if cached { 2.5 } else { 1.0 }
         }
         // At 2 ranks the ring's reduce_scatter is one exchange of one block each way, which
-        // direct's rounds do not beat on small messages (3 runs, 256 B-8 KiB: ring 0.79-1.9
-        // us, direct up to 1.3x slower; 16 KiB a tie; from 32 KiB direct 1.15-1.3x faster,
-        // writing one block where the ring copies one in and out): the model leaves it out
-        // below 16 KiB there, and forced it still serves.
-        (ReduceScatter, Direct) if topo.size <= 2 && call.bytes < 16 << 10 => return None,
+        // direct's slot rounds do not beat on small messages (3 runs, 512 B-8 KiB: ring
+        // 0.81-1.9 us, direct up to 1.3x slower; 16 KiB a tie; from 32 KiB direct 1.15-1.3x
+        // faster, writing one block where the ring copies one in and out): the model leaves
+        // it out there, and forced it still serves. Inline (at most `INLINE_DATA` bytes in
+        // all) direct wins: 8-128 B at 1.15-1.2x the ring's busbw (--report-auto).
+        (ReduceScatter, Direct) if topo.size <= 2 && (INLINE_DATA + 1..16 << 10).contains(&call.bytes) => return None,
         (ReduceScatter, Direct) => {
             let windows = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
             let copies = b * cp / if cached { 2.5 } else { 1.0 };

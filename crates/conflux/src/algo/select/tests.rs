@@ -164,8 +164,8 @@ fn recursive_doubling_yields_to_the_ring_when_the_working_set_spills() {
 /// With a shared segment the direct all_gather and reduce_scatter write each block once for
 /// all readers, and win at every size from 4 ranks up (measured, 8 ranks on 2 cores: 8 B
 /// all_gather 6-14 us against rd's 16-25, 8 MiB 4.1 ms against the ring's 6.0); at 2 ranks
-/// all_gather wins the small sizes and ties from 512 KiB, and reduce_scatter below 16 KiB is
-/// left to the ring.
+/// all_gather wins the small sizes and ties from 512 KiB, and reduce_scatter's slot rounds
+/// below 16 KiB are left to the ring.
 #[test]
 fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
     let m = Model::default();
@@ -179,11 +179,14 @@ fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
     }
     let two = Topo::single(2, true);
     assert_eq!(choose(&m, &call(OpKind::AllGather, 64), &two, None), Ok(Algo::Direct));
-    // At 2 ranks the ring's reduce_scatter is a single exchange: direct takes over from 16 KiB.
-    for bytes in [64, 4 << 10] {
+    // At 2 ranks the ring's reduce_scatter, a single exchange, beats direct's slot rounds up
+    // to 16 KiB; inline, and from 16 KiB, direct wins.
+    for bytes in [512, 4 << 10] {
         assert_ne!(choose(&m, &call(OpKind::ReduceScatter, bytes), &two, None), Ok(Algo::Direct), "{bytes}");
     }
-    assert_eq!(choose(&m, &call(OpKind::ReduceScatter, 8 << 20), &two, None), Ok(Algo::Direct));
+    for bytes in [64, 8 << 20] {
+        assert_eq!(choose(&m, &call(OpKind::ReduceScatter, bytes), &two, None), Ok(Algo::Direct), "{bytes}");
+    }
     assert_eq!(choose(&m, &call(OpKind::ReduceScatter, 64), &two, Some(Algo::Direct)), Ok(Algo::Direct));
     for op in [OpKind::AllGather, OpKind::ReduceScatter] {
         // Without a segment (TCP on one host), direct cannot serve.
