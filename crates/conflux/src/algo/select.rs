@@ -405,12 +405,19 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // reduce_scatter, which reduces one block from N streams: see all_reduce).
         // Fitted: while the message fits in cache its copies are taken 2.5x faster, the
         // factor β has there (measured, 4 ranks on 2 cores, all_gather of 128 KiB: direct 24
-        // us, rd 30-37, which the plain copy rate called even). At 2 ranks it makes direct's
-        // 512 KiB all_gather look 1.5x faster than the ring's, where the two tie (auto at
-        // 0.91-0.98 of the best in --report-auto runs).
+        // us, rd 30-37, which the plain copy rate called even); with a core per rank, 1.5x
+        // (2 ranks: direct ahead to 32 KiB, even at 128 KiB, rd and ring ahead at 512 KiB, where
+        // 2.5x had auto(direct) at 0.86-0.91 of the best).
         (AllGather, Direct) => {
             let windows = (call.bytes as f64 / n / (256 << 10) as f64).ceil().max(1.0);
-            windows * m.sync_us * m.sync_factor(topo) + b * cp / if cached { 2.5 } else { 1.0 }
+            let faster = if !cached {
+                1.0
+            } else if topo.oversubscribed() {
+                2.5
+            } else {
+                1.5
+            };
+            windows * m.sync_us * m.sync_factor(topo) + b * cp / faster
         }
         // At 2 ranks the ring's reduce_scatter is one exchange of one block each way, which
         // direct's slot rounds do not beat on small messages (3 runs, 512 B-8 KiB: ring
@@ -419,6 +426,8 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // it out there, and forced it still serves. Inline (at most `INLINE_DATA` bytes in
         // all) direct wins: 8-128 B at 1.15-1.2x the ring's busbw (--report-auto).
         (ReduceScatter, Direct) if topo.size <= 2 && (INLINE_DATA + 1..16 << 10).contains(&call.bytes) => return None,
+        // The same factor as all_gather's, 2.5x even at 2 ranks, where direct's reduce_scatter
+        // beats the ring from 32 KiB (see above).
         (ReduceScatter, Direct) => {
             let windows = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
             let copies = b * cp / if cached { 2.5 } else { 1.0 };
