@@ -153,6 +153,7 @@ fn mismatched_calls_fail_every_rank_showing_both() {
         ("inline_bound", "all_reduce(float x 83, sum)"),
         ("gather", "all_gather(float x 21"),
         ("gather_bound", "all_gather(float x 249"),
+        ("alltoall", "all_to_all(float x 18"),
         ("scatter", "reduce_scatter(float x 903"),
         ("algo", "by ring"),
     ];

@@ -29,7 +29,7 @@ const ALGOS: &[(&str, &[&str])] = &[
     ("all_gather", &["ring", "direct", "rd", "bruck"]),
     ("reduce_scatter", &["ring", "direct", "rd"]),
     ("broadcast", &["tree", "chain", "scatter_allgather"]),
-    ("all_to_all", &["pairwise", "bruck"]),
+    ("all_to_all", &["pairwise", "direct", "bruck"]),
     ("reduce", &["ring", "tree", "chain"]),
 ];
 const SIZES: [usize; 4] = [8, 128, 2048, 32768];

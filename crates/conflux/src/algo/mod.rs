@@ -29,7 +29,7 @@ pub enum Algo {
     /// Bandwidth-optimal ring: N-1 steps per phase (all_reduce, all_gather, reduce_scatter, reduce).
     Ring,
     /// The shared-segment algorithm: every rank of one host reads the others' slots
-    /// (all_reduce, all_gather, reduce_scatter).
+    /// (all_reduce, all_gather, reduce_scatter, all_to_all of equal blocks).
     Direct,
     /// Double binary tree for all_reduce; binomial tree for broadcast and reduce.
     Tree,

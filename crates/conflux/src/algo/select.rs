@@ -205,7 +205,7 @@ pub fn implements(algo: Algo, op: OpKind) -> bool {
             | (Reduce, Ring | Tree | Chain)
             | (AllGather, Ring | Direct | Rd | Bruck)
             | (ReduceScatter, Ring | Direct | Rd)
-            | (AllToAll, Pairwise | Bruck)
+            | (AllToAll, Pairwise | Direct | Bruck)
     )
 }
 
@@ -220,7 +220,7 @@ pub fn serves(algo: Algo, call: &Call, topo: &Topo) -> Result<(), String> {
         Direct if !topo.one_segment => Err("direct needs every rank on one host with shared memory".into()),
         Hier if topo.nodes.len() < 2 => Err("hier needs a job that spans at least two nodes".into()),
         Hier if topo.uniform().is_none() => Err("hier needs the same number of ranks on every node".into()),
-        Bruck if call.op == AllToAll && !call.even => Err("bruck all_to_all needs equal blocks".into()),
+        Bruck | Direct if call.op == AllToAll && !call.even => Err(format!("{algo} all_to_all needs equal blocks")),
         Tree | Rd | Rabenseifner | Hier if call.pieces => {
             Err(format!("{algo} does not take a coalesced all_reduce (ring and direct do)"))
         }
@@ -441,6 +441,19 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * (rd_big * beta * shared + g)
         }
         (AllToAll, Pairwise) => a * (1.0 + overlap * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
+        // A transpose through the segment, as reduce_scatter's: each rank writes the N - 1
+        // blocks it sends and reads the N - 1 it receives, a sync per window. Over two windows
+        // the model leaves it out: pairwise's streams then win (measured, --algo all -f 4:
+        // direct 1.1-2x faster to 128 KiB at 2-8 ranks and even at 512 KiB, pairwise 1.1x
+        // faster at 2 MiB and 1.8x at 8 MiB on 4 ranks), which this sum does not foresee.
+        (AllToAll, Direct) => {
+            let windows = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
+            if windows > 2.0 {
+                return None;
+            }
+            let faster = if cached { 2.5 } else { 1.0 };
+            windows * m.sync_us * m.sync_factor(topo) + 2.0 * (n - 1.0) / n * b * cp / faster
+        }
         (AllToAll, Bruck) => logn * a + logn / 2.0 * b * beta * shared + (2.0 + logn) * b * cp,
         _ => return None,
     };

@@ -354,7 +354,9 @@ fn dispatch(t: &mut Transport, algo: Algo, s: &Step, coll: &mut Coll<'_>, dtype:
             } else {
                 let (from, to) = (send_blocks[s.rank].clone(), recv_blocks[s.rank].clone());
                 recv[to].copy_from_slice(&send[from]);
-                if n > 1 {
+                if n > 1 && algo == Algo::Direct {
+                    direct::blocks::all_to_all(t, s, send, recv, send_blocks[0].len())?;
+                } else if n > 1 {
                     pairwise::all_to_all(t, s, send, send_blocks, recv, recv_blocks)?;
                 }
             }

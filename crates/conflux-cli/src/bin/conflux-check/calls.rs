@@ -1,6 +1,6 @@
 //! `conflux-check calls KIND`: rank 1 makes a call that differs from the other ranks' in one
 //! respect (KIND: op, root, dtype, redop, count, inline, inline_bound, gather, gather_bound,
-//! scatter, algo).
+//! scatter, alltoall, algo).
 //! Every rank must fail — in that call or,
 //! if its own part of it could finish (a broadcast root), in the next — within seconds, with
 //! an error that shows both calls; nobody may hang or return a wrong answer.
@@ -44,6 +44,11 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
                 (_, false) => 82,
             };
             comm.all_gather(&f[..per], &mut vec![0f32; per * comm.size()])
+        }
+        // all_to_all of 5 against 6 floats a block (inline, direct with equal blocks).
+        ("alltoall", _) => {
+            let per = if odd { 6 } else { 5 };
+            comm.all_to_all(&f[..per * comm.size()], &mut vec![0f32; per * comm.size()])
         }
         ("scatter", _) => {
             let per = if odd { 301 } else { 300 };

@@ -1,4 +1,4 @@
-//! The direct algorithm for all_gather and reduce_scatter, in the rounds of `direct` (its
+//! The direct algorithm for all_gather, reduce_scatter and all_to_all, in the rounds of `direct` (its
 //! protocol, reuse argument and inline blocks are written there).
 //!
 //! all_gather: in each round every rank publishes a window of its block and copies every other
@@ -8,6 +8,7 @@
 //! reduce_scatter: in each round every rank publishes the same window of each of its N blocks
 //! but its own, side by side at a stride of the window, and reduces window `rank` of every
 //! rank's part into its own block, its own part taken from its input rather than its slot.
+//! all_to_all (equal blocks) is the same transpose with copies for the reduction.
 //!
 //! A window is a whole block while the parts fit a slot (an inline block when they are at most
 //! `INLINE_DATA` bytes), else as much of it as does. Blocks are numbered by rank and parts by
@@ -75,11 +76,53 @@ pub(crate) fn reduce_scatter(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
+    let (me, own) = (s.rank, blocks[s.rank].start);
+    transposed(t, s, input, buf, blocks, dtype.size(), |buf, w, parts| match input {
+        Some(i) => {
+            reduce_whole(parts, me, Some(&i[w.clone()]), &mut [&mut buf[w.start - own..w.end - own]], 0, (dtype, op))
+        }
+        None => reduce_whole(parts, me, None, &mut [&mut buf[w]], 0, (dtype, op)),
+    })
+}
+
+/// all_to_all of blocks of `block` bytes: block k of `send` goes to rank k, block k of `recv`
+/// comes from rank k. This rank's own block is the caller's to copy.
+pub(crate) fn all_to_all(
+    t: &mut Transport,
+    s: &Step,
+    send: &[u8],
+    recv: &mut [u8],
+    block: usize,
+) -> Result<(), LinkError> {
+    let blocks: Vec<Range<usize>> = (0..s.size).map(|k| k * block..(k + 1) * block).collect();
+    let own = s.rank * block;
+    // Bytes are only copied, so a window may end anywhere: an element size of 1.
+    transposed(t, s, Some(send), recv, &blocks, 1, |recv, w, parts| {
+        for (k, got) in parts.iter().enumerate().filter(|&(k, _)| k != s.rank) {
+            let at = k * block + w.start - own;
+            recv[at..at + got.len()].copy_from_slice(got);
+        }
+    })
+}
+
+/// The rounds reduce_scatter and all_to_all share, a transpose: in round i every rank
+/// publishes window i of each of its blocks (`blocks` of `input`, or of `data` in place) but
+/// its own, side by side at a stride of the window; then `take(data, w, parts)` gets window `w`
+/// of this rank's block from every rank's part, by rank (this rank's own part has the length
+/// but not the bytes). Windows hold whole elements of `esize` bytes.
+fn transposed(
+    t: &mut Transport,
+    s: &Step,
+    input: Option<&[u8]>,
+    data: &mut [u8],
+    blocks: &[Range<usize>],
+    esize: usize,
+    mut take: impl FnMut(&mut [u8], Range<usize>, &[&[u8]]),
+) -> Result<(), LinkError> {
     let (seg, digest) = start(t)?;
     let (n, me) = (blocks.len(), t.waiter.me_local);
     debug_assert_eq!((me, n), (s.rank, seg.layout.ranks));
     let most = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
-    let esize = dtype.size();
     // At least one element: the slot holds 64 bytes a rank or more (`Layout::new`).
     let window = most.min(seg.layout.chunk / n / esize * esize);
     let rotate = !t.topo.oversubscribed();
@@ -92,7 +135,7 @@ pub(crate) fn reduce_scatter(
         t.direct_gen += 1;
         let gen = t.direct_gen;
         let via = Via::for_len(n * most, placement(gen, n * window, seg.layout.chunk, rotate));
-        let src: &[u8] = input.unwrap_or(buf);
+        let src: &[u8] = input.unwrap_or(data);
         // Its own block's window no peer reads: left unwritten.
         let fill = |dst: &mut [u8], r: Range<usize>| {
             for b in (0..n).filter(|&b| b != me) {
@@ -121,14 +164,7 @@ pub(crate) fn reduce_scatter(
         // the slices go with this iteration, before the next publish.
         let parts: Vec<&[u8]> =
             (0..n).map(|k| unsafe { part(&seg, k, gen, via, mine.clone(), into.next().unwrap_or_default()) }).collect();
-        let w = win(me);
-        match input {
-            Some(i) => {
-                let out = &mut buf[w.start - blocks[me].start..w.end - blocks[me].start];
-                reduce_whole(&parts, me, Some(&i[w.clone()]), &mut [out], 0, (dtype, op));
-            }
-            None => reduce_whole(&parts, me, None, &mut [&mut buf[w]], 0, (dtype, op)),
-        }
+        take(data, win(me), &parts);
         t.give_way();
     }
     t.staging = scratch;
