@@ -65,6 +65,17 @@ fn world_4_shm_ring() {
     assert_all_passed(&out, 4);
 }
 
+/// An algorithm forced for every operation serves the calls it has a schedule for and leaves
+/// the rest to the model: direct and bruck leave all_to_all_v (uneven blocks), broadcast and
+/// reduce, and every call still passes.
+#[test]
+fn world_4_shm_one_algorithm_for_all() {
+    for algo in ["direct", "bruck"] {
+        let out = run_job(4, &["colls"], &[("CONFLUX_TRANSPORT", "shm"), ("CONFLUX_ALGO", algo)], LIMIT);
+        assert_all_passed(&out, 4);
+    }
+}
+
 /// Two "nodes" of two ranks: shared memory inside each, TCP between them, started as a
 /// multi-node job (one `conflux run` per node).
 #[test]

@@ -33,7 +33,8 @@ impl TransportKind {
 /// default), one algorithm wherever it applies (`ring`), per operation
 /// (`all_reduce:tree;broadcast:chain`), or both (`rd;all_to_all:pairwise`). An algorithm named
 /// for one operation must serve it (else that operation's calls fail, naming why); one named
-/// for all applies to the operations it implements and leaves the others to the model.
+/// for all applies to the calls it has a schedule for (`select::implements_call`: not
+/// broadcast for `direct`, nor all_to_all_v) and leaves the others to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AlgoSpec {
     pub all: Option<Algo>,

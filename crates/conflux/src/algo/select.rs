@@ -209,6 +209,17 @@ pub fn implements(algo: Algo, op: OpKind) -> bool {
     )
 }
 
+/// Whether `algo` has a schedule for this form of call: its operation (`implements`), and
+/// for all_to_all uneven blocks, for all_reduce several pieces. An algorithm forced for every
+/// operation (`CONFLUX_ALGO=bruck`) leaves the calls it has none for to the model; a topology
+/// it cannot serve is still an error (`serves`).
+pub fn implements_call(algo: Algo, call: &Call) -> bool {
+    use Algo::*;
+    implements(algo, call.op)
+        && !(call.op == OpKind::AllToAll && !call.even && matches!(algo, Bruck | Direct))
+        && !(call.pieces && matches!(algo, Tree | Rd | Rabenseifner | Hier))
+}
+
 /// Whether `algo` can serve `call` on `topo`, and if not, why (the error of a forced choice).
 pub fn serves(algo: Algo, call: &Call, topo: &Topo) -> Result<(), String> {
     use Algo::*;
@@ -426,8 +437,8 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // it out there, and forced it still serves. Inline (at most `INLINE_DATA` bytes in
         // all) direct wins: 8-128 B at 1.15-1.2x the ring's busbw (--report-auto).
         (ReduceScatter, Direct) if topo.size <= 2 && (INLINE_DATA + 1..16 << 10).contains(&call.bytes) => return None,
-        // The same factor as all_gather's, 2.5x even at 2 ranks, where direct's reduce_scatter
-        // beats the ring from 32 KiB (see above).
+        // All_gather's cache factor, but 2.5x whatever the load: at 2 ranks direct's
+        // reduce_scatter writes half of what its all_gather does and beats the ring from 32 KiB.
         (ReduceScatter, Direct) => {
             let windows = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
             let copies = b * cp / if cached { 2.5 } else { 1.0 };
@@ -442,7 +453,8 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         }
         (AllToAll, Pairwise) => a * (1.0 + overlap * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
         // A transpose through the segment, as reduce_scatter's: each rank writes the N - 1
-        // blocks it sends and reads the N - 1 it receives, a sync per window. Over two windows
+        // blocks it sends and reads the N - 1 it receives, a sync per window (counted here
+        // per slot of the whole buffer; the code's windows are per block). Over two windows
         // the model leaves it out: pairwise's streams then win (measured, --algo all -f 4:
         // direct 1.1-2x faster to 128 KiB at 2-8 ranks and even at 512 KiB, pairwise 1.1x
         // faster at 2 MiB and 1.8x at 8 MiB on 4 ranks), which this sum does not foresee.

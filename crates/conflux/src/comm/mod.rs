@@ -151,7 +151,7 @@ impl Communicator {
     pub fn algo_for(&self, op: OpKind, bytes: usize, dtype: DataType) -> Result<Algo> {
         let plan = self.plan();
         let call = select::Call { op, bytes, even: true, pieces: false, half: dtype.is_half() };
-        select::choose(&self.core.model, &call, &self.core.topo, ops::forced(&plan, op)).map_err(invalid)
+        select::choose(&self.core.model, &call, &self.core.topo, ops::forced(&plan, &call)).map_err(invalid)
     }
 
     /// Where this communicator's ranks are, as its algorithm choice sees them.

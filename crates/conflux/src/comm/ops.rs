@@ -232,12 +232,13 @@ pub(crate) fn run(t: &mut Transport, plan: &Plan, coll: Coll<'_>, dtype: DataTyp
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }
 
-/// The algorithm forced for `op`: this handle's, then the operation's, then the one for all
-/// if it implements this operation.
-pub(crate) fn forced(plan: &Plan, op: OpKind) -> Option<Algo> {
-    match (plan.call_algo, plan.algo.forced(op)) {
+/// The algorithm forced for `call`: this handle's, then the operation's, then the one for
+/// all if it has a schedule for this form of call (`select::implements_call`: CONFLUX_ALGO=
+/// direct leaves all_to_all_v to the model, as it leaves broadcast).
+pub(crate) fn forced(plan: &Plan, call: &Call) -> Option<Algo> {
+    match (plan.call_algo, plan.algo.forced(call.op)) {
         (Some(a), _) | (None, Some((a, true))) => Some(a),
-        (None, Some((a, false))) if select::implements(a, op) => Some(a),
+        (None, Some((a, false))) if select::implements_call(a, call) => Some(a),
         _ => None,
     }
 }
@@ -245,7 +246,7 @@ pub(crate) fn forced(plan: &Plan, op: OpKind) -> Option<Algo> {
 /// The forced algorithm (`forced`) or the cost model's choice, cached per call shape; logged
 /// once per operation and size class at CONFLUX_DEBUG=info.
 fn pick(t: &mut Transport, plan: &Plan, call: &Call) -> std::result::Result<Algo, String> {
-    let forced = forced(plan, call.op);
+    let forced = forced(plan, call);
     if let Some(&a) = t.chosen.get(&(*call, forced)) {
         return Ok(a);
     }

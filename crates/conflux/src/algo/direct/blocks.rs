@@ -160,10 +160,16 @@ fn transposed(
             scratch.resize(n * gather, 0);
         }
         let mut into = scratch[..n * gather].chunks_mut(gather.max(1)).chain(std::iter::repeat_with(|| &mut [][..]));
-        // SAFETY: round gen was awaited with every rank's length len, which `mine` is within;
-        // the slices go with this iteration, before the next publish.
-        let parts: Vec<&[u8]> =
-            (0..n).map(|k| unsafe { part(&seg, k, gen, via, mine.clone(), into.next().unwrap_or_default()) }).collect();
+        // This rank's own part has the length but not the bytes (its block was not written):
+        // inline, its scratch stands in for it, uncopied.
+        let parts: Vec<&[u8]> = (0..n)
+            .map(|k| match (into.next().unwrap_or_default(), via) {
+                (own, Via::Inline) if k == me => &*own,
+                // SAFETY: round gen was awaited with every rank's length len, which `mine` is
+                // within; the slices go with this iteration, before the next publish.
+                (into, _) => unsafe { part(&seg, k, gen, via, mine.clone(), into) },
+            })
+            .collect();
         take(data, win(me), &parts);
         t.give_way();
     }

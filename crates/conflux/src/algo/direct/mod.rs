@@ -1,5 +1,5 @@
 //! The direct shared-segment all_reduce, for communicators whose ranks all share one host;
-//! all_gather and reduce_scatter take the same rounds (`blocks.rs`).
+//! all_gather, reduce_scatter and all_to_all take the same rounds (`blocks.rs`).
 //!
 //! Every rank copies a chunk of its input into its own slot, each rank reduces one slice of
 //! that chunk across all slots into the shared result, and every rank copies the whole result
@@ -32,8 +32,8 @@
 //! slower than recursive doubling, whose ring buffer moves on; rotating through a window of
 //! 128 KiB or more brings it to 0.95–1.05x. With ranks sharing cores the lines are local and
 //! the larger footprint only costs (1.7x slower at 512 B against rd, 8 ranks on 2 cores), so
-//! it stays put; and below 2 KiB the reuse wins even with a core per rank. all_gather and
-//! reduce_scatter rotate their windows whatever their size, with a core per rank (`blocks.rs`;
+//! it stays put; and below 2 KiB the reuse wins even with a core per rank. all_gather,
+//! reduce_scatter and all_to_all rotate their windows whatever their size, with a core per rank (`blocks.rs`;
 //! their --report-auto cells at 2 ranks stayed at 0.91 of the best or above). Reuse above
 //! covers the whole slot, whatever the position.
 //!

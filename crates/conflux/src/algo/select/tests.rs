@@ -300,3 +300,17 @@ fn small_all_to_all_over_tcp_counts_every_pairwise_exchange() {
     // From tens of KiB, Bruck's extra bytes cost more than the exchanges it saves.
     assert_eq!(choose(&m, &call(OpKind::AllToAll, 32 << 10), &tcp_only(4, 2), None), Ok(Algo::Pairwise));
 }
+
+/// The form of a call decides what a global choice applies to: uneven all_to_all blocks and
+/// coalesced pieces have no schedule in some algorithms, which leave them to the model.
+#[test]
+fn implements_call_follows_the_form_of_the_call() {
+    let uneven = Call { even: false, ..call(OpKind::AllToAll, 64) };
+    assert!(implements_call(Algo::Pairwise, &uneven));
+    assert!(!implements_call(Algo::Direct, &uneven) && !implements_call(Algo::Bruck, &uneven));
+    assert!(implements_call(Algo::Direct, &call(OpKind::AllToAll, 64)));
+    let pieces = Call { pieces: true, ..call(OpKind::AllReduce, 64) };
+    assert!(implements_call(Algo::Ring, &pieces) && implements_call(Algo::Direct, &pieces));
+    assert!(!implements_call(Algo::Tree, &pieces));
+    assert!(!implements_call(Algo::Direct, &call(OpKind::Broadcast, 64)));
+}
