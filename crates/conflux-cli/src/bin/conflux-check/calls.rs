@@ -1,6 +1,6 @@
 //! `conflux-check calls KIND`: rank 1 makes a call that differs from the other ranks' in one
 //! respect (KIND: op, root, dtype, redop, count, inline, inline_bound, gather, gather_bound,
-//! scatter, alltoall, algo).
+//! scatter, alltoall, alltoall_bound, alltoall_algo, algo).
 //! Every rank must fail — in that call or,
 //! if its own part of it could finish (a broadcast root), in the next — within seconds, with
 //! an error that shows both calls; nobody may hang or return a wrong answer.
@@ -45,10 +45,21 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
             };
             comm.all_gather(&f[..per], &mut vec![0f32; per * comm.size()])
         }
-        // all_to_all of 5 against 6 floats a block (inline, direct with equal blocks).
-        ("alltoall", _) => {
-            let per = if odd { 6 } else { 5 };
+        // all_to_all of 5 against 6 floats a block (inline both, direct with equal blocks),
+        // of 28 against 27 at 3 ranks (through the slots against inline), and direct against
+        // pairwise.
+        ("alltoall" | "alltoall_bound", _) => {
+            let per = match (kind, odd) {
+                ("alltoall", true) => 6,
+                ("alltoall", false) => 5,
+                (_, true) => 28,
+                (_, false) => 27,
+            };
             comm.all_to_all(&f[..per * comm.size()], &mut vec![0f32; per * comm.size()])
+        }
+        ("alltoall_algo", _) => {
+            let algo = if odd { Algo::Pairwise } else { Algo::Direct };
+            comm.with_algo(Some(algo)).all_to_all(&f[..6 * comm.size()], &mut vec![0f32; 6 * comm.size()])
         }
         ("scatter", _) => {
             let per = if odd { 301 } else { 300 };
