@@ -17,7 +17,7 @@
 
 use std::ops::Range;
 
-use super::{await_round, copy_part, part, placement, publish, reduce_whole, start, Via};
+use super::{await_round, copy_part, parts, placement, publish, reduce_whole, start, Via};
 use crate::algo::Step;
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Transport};
@@ -153,24 +153,12 @@ fn transposed(
             t.staging = scratch;
             return Err(e);
         }
-        let mine = at(me);
-        // Inline parts are gathered into one buffer per rank; slot parts are read in place.
-        let gather = if matches!(via, Via::Inline) { mine.len() } else { 0 };
-        if scratch.len() < n * gather {
-            scratch.resize(n * gather, 0);
-        }
-        let mut into = scratch[..n * gather].chunks_mut(gather.max(1)).chain(std::iter::repeat_with(|| &mut [][..]));
-        // This rank's own part has the length but not the bytes (its block was not written):
-        // inline, its scratch stands in for it, uncopied.
-        let parts: Vec<&[u8]> = (0..n)
-            .map(|k| match (into.next().unwrap_or_default(), via) {
-                (own, Via::Inline) if k == me => &*own,
-                // SAFETY: round gen was awaited with every rank's length len, which `mine` is
-                // within; the slices go with this iteration, before the next publish.
-                (into, _) => unsafe { part(&seg, k, gen, via, mine.clone(), into) },
-            })
-            .collect();
-        take(data, win(me), &parts);
+        // This rank's own part has the length but not the bytes (its block was not written),
+        // which `take` does not read.
+        // SAFETY: round gen was awaited with every rank's length len, which `at(me)` is within;
+        // the slices go with this iteration, before the next publish.
+        let got = unsafe { parts(&seg, me, gen, via, at(me), &mut scratch) };
+        take(data, win(me), &got);
         t.give_way();
     }
     t.staging = scratch;

@@ -290,6 +290,36 @@ pub(super) unsafe fn part<'a>(
     }
 }
 
+/// Every rank's bytes `range` of round `gen`, by local rank: borrowed from the slots, or
+/// gathered from the inline lines into `scratch` (grown as needed). Inline, this rank's own
+/// part is not copied: only its length counts, since callers take their own bytes from
+/// their input (`reduce_whole`) or skip them.
+///
+/// # Safety
+/// As `part`'s, for every rank k but this one.
+pub(super) unsafe fn parts<'a>(
+    seg: &'a Segment,
+    me: usize,
+    gen: u64,
+    via: Via,
+    range: Range<usize>,
+    scratch: &'a mut Vec<u8>,
+) -> Vec<&'a [u8]> {
+    let n = seg.layout.ranks;
+    let gather = if matches!(via, Via::Inline) { range.len() } else { 0 };
+    if scratch.len() < n * gather {
+        scratch.resize(n * gather, 0);
+    }
+    let mut into = scratch[..n * gather].chunks_mut(gather.max(1)).chain(std::iter::repeat_with(|| &mut [][..]));
+    (0..n)
+        .map(|k| match (into.next().unwrap_or_default(), via) {
+            (own, Via::Inline) if k == me => &*own,
+            // SAFETY: this function's contract is `part`'s.
+            (into, _) => unsafe { part(seg, k, gen, via, range.clone(), into) },
+        })
+        .collect()
+}
+
 /// What every direct operation starts from: the segment, and the digest of this call and the
 /// one before (`Calls::digest`) that every rank's must equal. A transport that failed already
 /// writes nothing more: a peer still in the failed call could read it as that call's data.
@@ -415,7 +445,7 @@ fn all_reduce_inline(
     kind: (DataType, ReduceOp),
     digest: u64,
 ) -> Result<(), LinkError> {
-    let (n, me) = (seg.layout.ranks, t.waiter.me_local);
+    let me = t.waiter.me_local;
     let len: usize = out.iter().map(|p| p.len()).sum();
     t.direct_gen += 1;
     let gen = t.direct_gen;
@@ -429,19 +459,10 @@ fn all_reduce_inline(
     if len == 0 {
         return Ok(());
     }
-    // The peers' data, gathered from their lines into one buffer per rank (this rank's own
-    // part comes from its input: `reduce_whole`).
     let mut gathered = std::mem::take(&mut t.staging);
-    if gathered.len() < n * len {
-        gathered.resize(n * len, 0);
-    }
-    let slots: Vec<&[u8]> = gathered[..n * len]
-        .chunks_mut(len.max(1))
-        .enumerate()
-        // SAFETY: round gen was awaited with every rank's length `len`; the slices are gone
-        // when this call returns.
-        .map(|(k, into)| if k == me { &*into } else { unsafe { part(seg, k, gen, Via::Inline, 0..len, into) } })
-        .collect();
+    // SAFETY: round gen was awaited with every rank's length `len`; the slices are gone when
+    // this call returns.
+    let slots = unsafe { parts(seg, me, gen, Via::Inline, 0..len, &mut gathered) };
     reduce_whole(&slots, me, input, out, 0, kind);
     t.staging = gathered;
     Ok(())
