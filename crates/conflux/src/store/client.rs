@@ -115,13 +115,19 @@ impl StoreClient {
 
     fn request(&self, frame: &[u8], server_wait: Duration) -> Result<Vec<u8>, StoreError> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.set_read_timeout(Some(server_wait + REPLY_SLACK)).map_err(|e| self.broken(e))?;
+        let patience = server_wait + REPLY_SLACK;
+        conn.set_read_timeout(Some(patience)).map_err(|e| self.broken(e))?;
         conn.write_all(frame).map_err(|e| self.broken(e))?;
         match wire::read_frame(&mut *conn) {
             Ok(Some(body)) => Ok(body),
             Ok(None) => {
                 Err(self.broken(std::io::Error::new(ErrorKind::UnexpectedEof, "the store closed the connection")))
             }
+            // A read timeout surfaces as EAGAIN, whose text ("Resource temporarily unavailable")
+            // would not tell the user that the store stopped answering.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(self.broken(
+                std::io::Error::new(ErrorKind::TimedOut, format!("no answer within {:.0}s", patience.as_secs_f64())),
+            )),
             Err(e) => Err(self.broken(e)),
         }
     }
