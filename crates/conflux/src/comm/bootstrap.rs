@@ -270,42 +270,91 @@ fn connect_mesh(
         out.push((p, s));
     }
     let mut expected: Vec<usize> = (rank + 1..peers.len()).filter(|&p| wants_tcp(p)).collect();
+    // Accepted connections whose greeting has not all arrived. They are read as bytes come,
+    // never waited on one at a time: a greeting retransmitted over a lossy link may take
+    // seconds, and a connection given up on here would be one its rank believes made.
+    let mut greeting: Vec<(TcpStream, Vec<u8>)> = Vec::new();
     listener.set_nonblocking(true).map_err(|e| Error::setup("listener", e))?;
     while !expected.is_empty() {
+        let mut progress = false;
         match listener.accept() {
-            Ok((mut s, from_addr)) => {
+            Ok((s, from_addr)) => {
+                progress = true;
                 s.set_nonblocking(false).ok();
                 let patience = left(deadline).min(auth::HANDSHAKE_TIMEOUT);
                 if let Some(Err(e)) = token.map(|t| auth::accept(&s, t, Purpose::Data, patience)) {
                     tracing::warn!("rank {rank}: refused a data connection from {from_addr}: {e}");
                     continue;
                 }
-                s.set_read_timeout(Some(patience)).ok();
-                let mut hello = [0u8; 16];
-                if s.read_exact(&mut hello).is_err() {
-                    continue;
-                }
-                let magic = u64::from_le_bytes(hello[..8].try_into().expect("8"));
-                let from = u64::from_le_bytes(hello[8..].try_into().expect("8")) as usize;
-                if let Some(i) = expected.iter().position(|&p| p == from).filter(|_| magic == HELLO_MAGIC) {
-                    expected.swap_remove(i);
-                    s.set_read_timeout(None).ok();
-                    out.push((from, s));
+                if s.set_nonblocking(true).is_ok() {
+                    greeting.push((s, Vec::with_capacity(16)));
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(Error::setup(
-                        format!("waiting for TCP connections from ranks {expected:?}"),
-                        std::io::ErrorKind::TimedOut.into(),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(Error::setup("accepting data connections", e)),
+        }
+        let mut i = 0;
+        while i < greeting.len() {
+            let (s, got) = &mut greeting[i];
+            match read_greeting(s, got) {
+                Greeting::Partial => i += 1,
+                Greeting::Bad => {
+                    greeting.swap_remove(i);
+                    progress = true;
+                }
+                Greeting::From(from) => {
+                    let (s, _) = greeting.swap_remove(i);
+                    if let Some(k) = expected.iter().position(|&p| p == from) {
+                        expected.swap_remove(k);
+                        s.set_nonblocking(false).ok();
+                        out.push((from, s));
+                    }
+                    progress = true;
+                }
+            }
+        }
+        if !progress {
+            if Instant::now() >= deadline {
+                return Err(Error::setup(
+                    format!("waiting for TCP connections from ranks {expected:?}"),
+                    std::io::ErrorKind::TimedOut.into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     Ok(out)
+}
+
+/// How far an accepted connection's 16-byte greeting (magic, rank) has come.
+enum Greeting {
+    Partial,
+    /// Complete and well-formed: the connection is rank `.0`'s.
+    From(usize),
+    /// Closed early, failed, or not a greeting: the connection is dropped.
+    Bad,
+}
+
+/// Reads what has arrived of `s`'s greeting into `got`, never past its 16 bytes: what follows
+/// belongs to the link.
+fn read_greeting(s: &mut TcpStream, got: &mut Vec<u8>) -> Greeting {
+    let mut buf = [0u8; 16];
+    while got.len() < 16 {
+        match s.read(&mut buf[..16 - got.len()]) {
+            Ok(0) => return Greeting::Bad,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Greeting::Partial,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Greeting::Bad,
+        }
+    }
+    let magic = u64::from_le_bytes(got[..8].try_into().expect("8"));
+    let from = u64::from_le_bytes(got[8..].try_into().expect("8")) as usize;
+    if magic == HELLO_MAGIC {
+        Greeting::From(from)
+    } else {
+        Greeting::Bad
+    }
 }
 
 #[cfg(test)]

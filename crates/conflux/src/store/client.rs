@@ -102,7 +102,9 @@ impl StoreClient {
     /// without a goodbye means the rank died; each communicator opens one more of its own, so
     /// that each hears every event.
     pub fn monitor(&self, rank: usize, channel: u64) -> Result<Monitor, StoreError> {
-        let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5)).map_err(|e| self.broken(e))?;
+        // 30 s, not less: a lost SYN is sent again after 1, 2, 4, 8 s, and at 5 s three losses
+        // in a row (one connection in 150 with 5% of each host's packets dropped) failed it.
+        let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(30)).map_err(|e| self.broken(e))?;
         let _ = conn.set_nodelay(true);
         // And the store's host vanishing must end it here.
         let _ = crate::transport::keep_alive(&conn);

@@ -60,3 +60,62 @@ fn a_nodes_cores_are_its_ranks_cpus_together() {
     let decoded = Peer::decode(&on(vec![0, 3, 17]).encode()).unwrap();
     assert_eq!(decoded.cpus, [0, 3, 17]);
 }
+
+/// A stranger that connects first and never speaks holds up nobody, and a greeting that
+/// arrives in pieces is taken whole and no further.
+#[test]
+fn a_silent_stranger_and_a_greeting_in_pieces() {
+    let l0 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let me = peer(&l0);
+    let peers = vec![me.clone(), me.clone(), me];
+    let _silent = TcpStream::connect(peers[0].addr).unwrap();
+    let addr = peers[0].addr;
+    let pieces = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
+        hello.extend(2u64.to_le_bytes());
+        s.write_all(&hello[..5]).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        s.write_all(&hello[5..]).unwrap();
+        s.write_all(b"link").unwrap();
+        s
+    });
+    let other = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
+        hello.extend(1u64.to_le_bytes());
+        s.write_all(&hello).unwrap();
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut got = connect_mesh(&l0, &peers, 0, &|_| true, None, deadline).unwrap();
+    let (_s2, _s1) = (pieces.join().unwrap(), other.join().unwrap());
+    got.sort_by_key(|(p, _)| *p);
+    assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [1, 2]);
+    let mut b = [0u8; 4];
+    got[1].1.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"link", "the bytes after rank 2's greeting stay on its link");
+}
+
+/// A greeting slower than the token handshake's patience (a retransmitted segment on a lossy
+/// link) is still taken: a connection rank 0 gave up on would be one rank 1 believes made, and
+/// both would wait for each other until the deadline.
+#[test]
+fn a_greeting_slower_than_the_handshake_timeout() {
+    let l0 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peers = vec![peer(&l0), peer(&l0)];
+    let addr = peers[0].addr;
+    let slow = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
+        hello.extend(1u64.to_le_bytes());
+        s.write_all(&hello[..8]).unwrap();
+        std::thread::sleep(auth::HANDSHAKE_TIMEOUT + Duration::from_millis(500));
+        s.write_all(&hello[8..]).unwrap();
+        s
+    });
+    let deadline = Instant::now() + auth::HANDSHAKE_TIMEOUT * 2;
+    let got = connect_mesh(&l0, &peers, 0, &|_| true, None, deadline).unwrap();
+    let _s = slow.join().unwrap();
+    assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [1]);
+}
