@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// What rank `r` sends first on a data connection.
+fn greeting(r: u64) -> Vec<u8> {
+    [HELLO_MAGIC.to_le_bytes(), r.to_le_bytes()].concat()
+}
+
 fn peer(l: &TcpListener) -> Peer {
     Peer { node: "n".into(), pid: 0, addr: l.local_addr().unwrap(), cpus: vec![0] }
 }
@@ -15,8 +20,7 @@ fn strangers_are_refused_and_the_real_peer_still_gets_through() {
 
     // Queued before the real rank 1, so rank 0 must get past both to find it.
     let forger = TcpStream::connect(peers[0].addr).unwrap();
-    let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
-    hello.extend(1u64.to_le_bytes());
+    let hello = greeting(1);
     (&forger).write_all(&hello).unwrap();
     forger.shutdown(std::net::Shutdown::Write).unwrap();
     let (addr0, wrong) = (peers[0].addr, Token::new("guess"));
@@ -72,8 +76,7 @@ fn a_silent_stranger_and_a_greeting_in_pieces() {
     let addr = peers[0].addr;
     let pieces = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
-        let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
-        hello.extend(2u64.to_le_bytes());
+        let hello = greeting(2);
         s.write_all(&hello[..5]).unwrap();
         std::thread::sleep(Duration::from_millis(200));
         s.write_all(&hello[5..]).unwrap();
@@ -82,8 +85,7 @@ fn a_silent_stranger_and_a_greeting_in_pieces() {
     });
     let other = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
-        let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
-        hello.extend(1u64.to_le_bytes());
+        let hello = greeting(1);
         s.write_all(&hello).unwrap();
         s
     });
@@ -107,8 +109,7 @@ fn a_greeting_slower_than_the_handshake_timeout() {
     let addr = peers[0].addr;
     let slow = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
-        let mut hello = HELLO_MAGIC.to_le_bytes().to_vec();
-        hello.extend(1u64.to_le_bytes());
+        let hello = greeting(1);
         s.write_all(&hello[..8]).unwrap();
         std::thread::sleep(auth::HANDSHAKE_TIMEOUT + Duration::from_millis(500));
         s.write_all(&hello[8..]).unwrap();
