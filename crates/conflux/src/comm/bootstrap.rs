@@ -272,7 +272,9 @@ fn connect_mesh(
     let mut expected: Vec<usize> = (rank + 1..peers.len()).filter(|&p| wants_tcp(p)).collect();
     // Accepted connections whose greeting has not all arrived. They are read as bytes come,
     // never waited on one at a time: a greeting retransmitted over a lossy link may take
-    // seconds, and a connection given up on here would be one its rank believes made.
+    // seconds, and a connection given up on here would be one its rank believes made. (With a
+    // job token, each connection's handshake still runs in turn, for up to HANDSHAKE_TIMEOUT;
+    // one given up on there is closed mid-handshake, so its rank fails at once, not silently.)
     let mut greeting: Vec<(TcpStream, Vec<u8>)> = Vec::new();
     listener.set_nonblocking(true).map_err(|e| Error::setup("listener", e))?;
     while !expected.is_empty() {
@@ -286,9 +288,10 @@ fn connect_mesh(
                     tracing::warn!("rank {rank}: refused a data connection from {from_addr}: {e}");
                     continue;
                 }
-                if s.set_nonblocking(true).is_ok() {
-                    greeting.push((s, Vec::with_capacity(16)));
+                if let Err(e) = s.set_nonblocking(true) {
+                    return Err(Error::setup(format!("data connection from {from_addr}"), e));
                 }
+                greeting.push((s, Vec::with_capacity(16)));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(Error::setup("accepting data connections", e)),
@@ -308,18 +311,23 @@ fn connect_mesh(
                         expected.swap_remove(k);
                         s.set_nonblocking(false).ok();
                         out.push((from, s));
+                    } else {
+                        tracing::warn!("rank {rank}: dropped a data connection greeting as rank {from}, not awaited");
                     }
                     progress = true;
                 }
             }
         }
+        if !expected.is_empty() && Instant::now() >= deadline {
+            return Err(Error::setup(
+                format!(
+                    "waiting for TCP connections from ranks {expected:?} ({} accepted, greeting incomplete)",
+                    greeting.len()
+                ),
+                std::io::ErrorKind::TimedOut.into(),
+            ));
+        }
         if !progress {
-            if Instant::now() >= deadline {
-                return Err(Error::setup(
-                    format!("waiting for TCP connections from ranks {expected:?}"),
-                    std::io::ErrorKind::TimedOut.into(),
-                ));
-            }
             std::thread::sleep(Duration::from_millis(1));
         }
     }
