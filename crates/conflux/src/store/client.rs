@@ -12,10 +12,18 @@ use std::time::{Duration, Instant};
 /// Extra time the client waits for an answer beyond the server-side deadline.
 const REPLY_SLACK: Duration = Duration::from_secs(5);
 
+/// The request connection, and why it can no longer be used: a request that failed midway
+/// (no answer in time, a broken frame) leaves the stream out of step, and the late answer
+/// would be read as the next request's.
+struct Line {
+    stream: TcpStream,
+    broken: Option<String>,
+}
+
 /// A connection to the store, usable from several threads (requests are serialized).
 pub struct StoreClient {
     addr: SocketAddr,
-    conn: Mutex<TcpStream>,
+    conn: Mutex<Line>,
     /// Proves every connection this client opens (monitors too), when the job has a token.
     token: Option<Token>,
 }
@@ -34,7 +42,11 @@ impl StoreClient {
                         let _ = conn.set_nodelay(true);
                         let left = deadline.saturating_duration_since(Instant::now());
                         prove(&conn, sa, token.as_ref(), left.min(auth::HANDSHAKE_TIMEOUT))?;
-                        return Ok(StoreClient { addr: sa, conn: Mutex::new(conn), token });
+                        return Ok(StoreClient {
+                            addr: sa,
+                            conn: Mutex::new(Line { stream: conn, broken: None }),
+                            token,
+                        });
                     }
                     Err(e) => e.to_string(),
                 },
@@ -116,22 +128,19 @@ impl StoreClient {
     }
 
     fn request(&self, frame: &[u8], server_wait: Duration) -> Result<Vec<u8>, StoreError> {
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let patience = server_wait + REPLY_SLACK;
-        conn.set_read_timeout(Some(patience)).map_err(|e| self.broken(e))?;
-        conn.write_all(frame).map_err(|e| self.broken(e))?;
-        match wire::read_frame(&mut *conn) {
-            Ok(Some(body)) => Ok(body),
-            Ok(None) => {
-                Err(self.broken(std::io::Error::new(ErrorKind::UnexpectedEof, "the store closed the connection")))
-            }
-            // A read timeout surfaces as EAGAIN, whose text ("Resource temporarily unavailable")
-            // would not tell the user that the store stopped answering.
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(self.broken(
-                std::io::Error::new(ErrorKind::TimedOut, format!("no answer within {:.0}s", patience.as_secs_f64())),
-            )),
-            Err(e) => Err(self.broken(e)),
+        let mut line = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = &line.broken {
+            return Err(StoreError::Connection {
+                addr: self.addr.to_string(),
+                detail: format!("connection unusable since an earlier request failed: {why}"),
+            });
         }
+        let r = exchange(&mut line.stream, frame, server_wait + REPLY_SLACK);
+        r.map_err(|e| {
+            let e = self.broken(e);
+            line.broken = Some(e.to_string());
+            e
+        })
     }
 
     fn broken(&self, e: std::io::Error) -> StoreError {
@@ -139,6 +148,23 @@ impl StoreClient {
             return StoreError::Auth { addr: self.addr.to_string(), source: AuthError::Required("store") };
         }
         StoreError::Connection { addr: self.addr.to_string(), detail: e.to_string() }
+    }
+}
+
+/// Sends one request and reads its answer, waiting at most `patience` for it.
+fn exchange(stream: &mut TcpStream, frame: &[u8], patience: Duration) -> std::io::Result<Vec<u8>> {
+    stream.set_read_timeout(Some(patience))?;
+    stream.write_all(frame)?;
+    match wire::read_frame(stream) {
+        Ok(Some(body)) => Ok(body),
+        Ok(None) => Err(std::io::Error::new(ErrorKind::UnexpectedEof, "the store closed the connection")),
+        // A read timeout surfaces as EAGAIN, whose text ("Resource temporarily unavailable")
+        // would not tell the user that the store stopped answering.
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Err(std::io::Error::new(
+            ErrorKind::TimedOut,
+            format!("no complete answer within {:.0}s", patience.as_secs_f64()),
+        )),
+        Err(e) => Err(e),
     }
 }
 

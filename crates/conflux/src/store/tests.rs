@@ -260,3 +260,33 @@ fn an_unauthenticated_request_is_never_acted_on() {
     let c = StoreClient::connect(&addr, T, Some(Token::new("job-1"))).unwrap();
     assert!(matches!(c.get("evil", Duration::from_millis(100)), Err(StoreError::Timeout { .. })));
 }
+
+/// A request whose answer comes too late leaves the connection out of step: the next request
+/// fails, naming the first failure, instead of taking the late answer as its own.
+#[test]
+fn a_late_answer_is_never_taken_for_the_next_requests() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (first_failed, wait_first) = std::sync::mpsc::channel::<()>();
+    let fake = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let _request = wire::read_frame(&mut conn).unwrap();
+        wait_first.recv().unwrap();
+        // The answer to the first get, after the client gave up on it.
+        wire::write_frame(&mut conn, &wire::Enc::new(wire::kind::VALUE).bytes(b"first").finish()).unwrap();
+        let _ = wire::read_frame(&mut conn);
+        conn
+    });
+    let c = StoreClient::connect(&addr, T, None).unwrap();
+    let e = c.get("a", Duration::ZERO).unwrap_err();
+    assert!(e.to_string().contains("no complete answer within"), "{e}");
+    first_failed.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let second = c.get("b", Duration::ZERO);
+    assert!(
+        matches!(&second, Err(StoreError::Connection { detail, .. }) if detail.contains("earlier request failed")),
+        "{second:?}"
+    );
+    drop(c);
+    fake.join().unwrap();
+}
