@@ -270,99 +270,83 @@ fn connect_mesh(
         out.push((p, s));
     }
     let mut expected: Vec<usize> = (rank + 1..peers.len()).filter(|&p| wants_tcp(p)).collect();
-    // Accepted connections whose greeting has not all arrived. They are read as bytes come,
-    // never waited on one at a time: a greeting retransmitted over a lossy link may take
-    // seconds, and a connection given up on here would be one its rank believes made. (With a
-    // job token, each connection's handshake still runs in turn, for up to HANDSHAKE_TIMEOUT;
-    // one given up on there is closed mid-handshake, so its rank fails at once, not silently.)
-    let mut greeting: Vec<(TcpStream, Vec<u8>)> = Vec::new();
+    // Each accepted connection is greeted on a thread of its own (the token's handshake, then
+    // the greeting), with the job's deadline as its patience: a greeting retransmitted over a
+    // lossy link may take seconds, a connection given up on here would be one its rank
+    // believes made, and a stranger that never speaks holds up nobody. The connections still
+    // being greeted when this returns are shut down, which ends their threads.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, TcpStream)>();
+    let mut greeting: Vec<Option<TcpStream>> = Vec::new();
     listener.set_nonblocking(true).map_err(|e| Error::setup("listener", e))?;
-    while !expected.is_empty() {
-        let mut progress = false;
-        match listener.accept() {
-            Ok((s, from_addr)) => {
-                progress = true;
-                s.set_nonblocking(false).ok();
-                let patience = left(deadline).min(auth::HANDSHAKE_TIMEOUT);
-                if let Some(Err(e)) = token.map(|t| auth::accept(&s, t, Purpose::Data, patience)) {
-                    tracing::warn!("rank {rank}: refused a data connection from {from_addr}: {e}");
-                    continue;
-                }
-                if let Err(e) = s.set_nonblocking(true) {
-                    return Err(Error::setup(format!("data connection from {from_addr}"), e));
-                }
-                greeting.push((s, Vec::with_capacity(16)));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(Error::setup("accepting data connections", e)),
+    let done = loop {
+        if expected.is_empty() {
+            break Ok(());
         }
-        let mut i = 0;
-        while i < greeting.len() {
-            let (s, got) = &mut greeting[i];
-            match read_greeting(s, got) {
-                Greeting::Partial => i += 1,
-                Greeting::Bad => {
-                    greeting.swap_remove(i);
-                    progress = true;
-                }
-                Greeting::From(from) => {
-                    let (s, _) = greeting.swap_remove(i);
-                    if let Some(k) = expected.iter().position(|&p| p == from) {
-                        expected.swap_remove(k);
-                        s.set_nonblocking(false).ok();
-                        out.push((from, s));
-                    } else {
-                        tracing::warn!("rank {rank}: dropped a data connection greeting as rank {from}, not awaited");
-                    }
-                    progress = true;
-                }
-            }
-        }
-        if !expected.is_empty() && Instant::now() >= deadline {
-            return Err(Error::setup(
-                format!(
-                    "waiting for TCP connections from ranks {expected:?} ({} accepted, greeting incomplete)",
-                    greeting.len()
-                ),
+        if Instant::now() >= deadline {
+            break Err(Error::setup(
+                format!("waiting for TCP connections from ranks {expected:?}"),
                 std::io::ErrorKind::TimedOut.into(),
             ));
         }
-        if !progress {
-            std::thread::sleep(Duration::from_millis(1));
+        match listener.accept() {
+            Ok((s, from_addr)) => {
+                let Ok(handle) = s.try_clone() else { continue };
+                let (i, tx, token) = (greeting.len(), tx.clone(), token.cloned());
+                greeting.push(Some(handle));
+                let greeter = std::thread::Builder::new().name("conflux-greet".into()).spawn(move || {
+                    if let Some((from, s)) = greet(s, from_addr, token.as_ref(), rank, deadline) {
+                        let _ = tx.send((i, from, s));
+                    }
+                });
+                if let Err(e) = greeter {
+                    break Err(Error::setup("starting a thread to greet a data connection", e));
+                }
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => break Err(Error::setup("accepting data connections", e)),
         }
+        if let Ok((i, from, s)) = rx.recv_timeout(Duration::from_millis(1)) {
+            greeting[i] = None;
+            match expected.iter().position(|&p| p == from) {
+                Some(k) => {
+                    expected.swap_remove(k);
+                    out.push((from, s));
+                }
+                None => tracing::warn!("rank {rank}: dropped a second data connection greeting as rank {from}"),
+            }
+        }
+    };
+    for s in greeting.into_iter().flatten() {
+        let _ = s.shutdown(std::net::Shutdown::Both);
     }
-    Ok(out)
+    done.map(|()| out)
 }
 
-/// How far an accepted connection's 16-byte greeting (magic, rank) has come.
-enum Greeting {
-    Partial,
-    /// Complete and well-formed: the connection is rank `.0`'s.
-    From(usize),
-    /// Closed early, failed, or not a greeting: the connection is dropped.
-    Bad,
-}
-
-/// Reads what has arrived of `s`'s greeting into `got`, never past its 16 bytes: what follows
-/// belongs to the link.
-fn read_greeting(s: &mut TcpStream, got: &mut Vec<u8>) -> Greeting {
-    let mut buf = [0u8; 16];
-    while got.len() < 16 {
-        match s.read(&mut buf[..16 - got.len()]) {
-            Ok(0) => return Greeting::Bad,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Greeting::Partial,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Greeting::Bad,
+/// Greets one accepted connection: the token's handshake, then the 16-byte greeting (magic,
+/// rank), each given until `deadline`. The rank it comes from, or None to drop it.
+fn greet(
+    mut s: TcpStream,
+    from_addr: SocketAddr,
+    token: Option<&Token>,
+    rank: usize,
+    deadline: Instant,
+) -> Option<(usize, TcpStream)> {
+    s.set_nonblocking(false).ok()?;
+    if let Some(t) = token {
+        if let Err(e) = auth::accept(&s, t, Purpose::Data, left(deadline)) {
+            tracing::warn!("rank {rank}: refused a data connection from {from_addr}: {e}");
+            return None;
         }
     }
-    let magic = u64::from_le_bytes(got[..8].try_into().expect("8"));
-    let from = u64::from_le_bytes(got[8..].try_into().expect("8")) as usize;
-    if magic == HELLO_MAGIC {
-        Greeting::From(from)
-    } else {
-        Greeting::Bad
-    }
+    s.set_read_timeout(Some(left(deadline))).ok()?;
+    // read_exact never reads past the greeting: what follows belongs to the link.
+    let mut hello = [0u8; 16];
+    s.read_exact(&mut hello).ok()?;
+    s.set_read_timeout(None).ok()?;
+    let magic = u64::from_le_bytes(hello[..8].try_into().expect("8"));
+    let from = u64::from_le_bytes(hello[8..].try_into().expect("8")) as usize;
+    (magic == HELLO_MAGIC).then_some((from, s))
 }
 
 #[cfg(test)]

@@ -123,3 +123,22 @@ fn a_greeting_slower_than_the_handshake_timeout() {
     let _s = slow.join().unwrap();
     assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [1]);
 }
+
+/// With a job token too, a stranger that connects first and never answers the challenge holds
+/// up nobody: the real rank 1's handshake runs beside it.
+#[test]
+fn a_silent_stranger_holds_up_no_handshake() {
+    let (l0, l1) = (TcpListener::bind("127.0.0.1:0").unwrap(), TcpListener::bind("127.0.0.1:0").unwrap());
+    let peers = vec![peer(&l0), peer(&l1)];
+    let token = Token::new("job");
+    let _silent = TcpStream::connect(peers[0].addr).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    let deadline = t + auth::HANDSHAKE_TIMEOUT * 2;
+    let (p1, t1) = (peers.clone(), token.clone());
+    let rank1 = std::thread::spawn(move || connect_mesh(&l1, &p1, 1, &|_| true, Some(&t1), deadline).unwrap());
+    let at0 = connect_mesh(&l0, &peers, 0, &|_| true, Some(&token), deadline).unwrap();
+    let at1 = rank1.join().unwrap();
+    assert!(t.elapsed() < auth::HANDSHAKE_TIMEOUT / 2, "the silent stranger held rank 0 up for {:?}", t.elapsed());
+    assert_eq!((at0.len(), at0[0].0, at1[0].0), (1, 1, 0));
+}
