@@ -191,7 +191,7 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
             }
         }
     }
-    let monitor = store.monitor(at.world[rank], at.channel)?;
+    let monitor = store.monitor(at.world[rank], at.channel, left(deadline))?;
     let oversubscribed = local_ranks.len() > node_cores(&peers, &local_ranks);
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
     let mut waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed)

@@ -49,7 +49,7 @@ impl Session {
             let addr = resolve(&addr_s)?;
             s.server = if rank == 0 { Some(StoreServer::bind(addr, token.cloned())?) } else { None };
             let client = StoreClient::connect(&addr_s, timeout, token.cloned())?;
-            *s.line.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(client.monitor(rank, 0)?);
+            *s.line.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(client.monitor(rank, 0, timeout)?);
             s.store = Some((client, addr));
         }
         Ok(s)

@@ -113,10 +113,11 @@ impl StoreClient {
     /// Opens monitor `channel` of `rank`: channel 0 is the process's own line, whose closing
     /// without a goodbye means the rank died; each communicator opens one more of its own, so
     /// that each hears every event.
-    pub fn monitor(&self, rank: usize, channel: u64) -> Result<Monitor, StoreError> {
-        // 30 s, not less: a lost SYN is sent again after 1, 2, 4, 8 s, and at 5 s three losses
-        // in a row (one connection in 150 with 5% of each host's packets dropped) failed it.
-        let conn = TcpStream::connect_timeout(&self.addr, Duration::from_secs(30)).map_err(|e| self.broken(e))?;
+    /// Connecting may take up to `timeout`: the job's deadline, not a few seconds, since a lost
+    /// SYN is sent again after 1, 2, 4, 8 s (at 5 s, three losses in a row failed one connection
+    /// in 150 with 5% of each host's packets dropped).
+    pub fn monitor(&self, rank: usize, channel: u64, timeout: Duration) -> Result<Monitor, StoreError> {
+        let conn = TcpStream::connect_timeout(&self.addr, timeout).map_err(|e| self.broken(e))?;
         let _ = conn.set_nodelay(true);
         // And the store's host vanishing must end it here.
         let _ = crate::transport::keep_alive(&conn);

@@ -76,15 +76,15 @@ fn next_event(m: &mut Monitor) -> Event {
 fn monitors_hear_of_deaths_failures_and_leaving_ranks() {
     let (s, addr) = serve();
     let c = StoreClient::connect(&addr, T, None).unwrap();
-    let mut m0 = c.monitor(0, 0).unwrap();
-    let m1 = c.monitor(1, 0).unwrap();
-    let mut m2 = c.monitor(2, 0).unwrap();
+    let mut m0 = c.monitor(0, 0, T).unwrap();
+    let m1 = c.monitor(1, 0, T).unwrap();
+    let mut m2 = c.monitor(2, 0, T).unwrap();
     m2.goodbye();
     drop(m2);
     assert_eq!(next_event(&mut m0), Event::RankLeft { rank: 2 });
     drop(m1);
     assert_eq!(next_event(&mut m0), Event::RankDied { rank: 1 }, "a goodbye is not a death");
-    let mut m3 = c.monitor(3, 0).unwrap();
+    let mut m3 = c.monitor(3, 0, T).unwrap();
     // Late monitors hear of what happened before them.
     assert_eq!(next_event(&mut m3), Event::RankLeft { rank: 2 });
     assert_eq!(next_event(&mut m3), Event::RankDied { rank: 1 });
@@ -104,10 +104,10 @@ fn monitors_hear_of_deaths_failures_and_leaving_ranks() {
 fn channels_of_one_rank_each_hear_events_and_die_once() {
     let (s, addr) = serve();
     let c = StoreClient::connect(&addr, T, None).unwrap();
-    let mut watcher = c.monitor(0, 0).unwrap();
-    let mut watcher_group = c.monitor(0, 7).unwrap();
-    let mut main1 = c.monitor(1, 0).unwrap();
-    let mut lane1 = c.monitor(1, 3).unwrap();
+    let mut watcher = c.monitor(0, 0, T).unwrap();
+    let mut watcher_group = c.monitor(0, 7, T).unwrap();
+    let mut main1 = c.monitor(1, 0, T).unwrap();
+    let mut lane1 = c.monitor(1, 3, T).unwrap();
     lane1.report_failure(2, "lost rank 2");
     let failure = Event::Failure { culprit: 2, reporter: 1, reason: "lost rank 2".into() };
     assert_eq!(next_event(&mut watcher), failure);
@@ -214,8 +214,8 @@ fn with_a_token_the_right_clients_and_their_monitors_are_served() {
     let c = StoreClient::connect(&addr, T, Some(Token::new("job-1"))).unwrap();
     c.set("a", b"1").unwrap();
     assert_eq!(c.get("a", T).unwrap(), b"1");
-    let mut m0 = c.monitor(0, 0).unwrap();
-    let m1 = c.monitor(1, 0).unwrap();
+    let mut m0 = c.monitor(0, 0, T).unwrap();
+    let m1 = c.monitor(1, 0, T).unwrap();
     drop(m1);
     assert_eq!(next_event(&mut m0), Event::RankDied { rank: 1 });
     m0.goodbye();
