@@ -320,6 +320,18 @@ fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
         std::env::var("CONFLUX_ALGO").unwrap_or_else(|_| "auto".into()),
         conflux::reduce::kernel_name()
     );
+    let m = comm.cost_model();
+    let source = if std::env::var_os("CONFLUX_TUNE_FILE").is_some() {
+        "from CONFLUX_TUNE_FILE"
+    } else if comm.local_size() < comm.size() {
+        "defaults, TCP's GB/s measured between the nodes"
+    } else {
+        "defaults"
+    };
+    println!(
+        "# cost model ({source}): shm {} us {} GB/s, tcp {} us {:.4} GB/s",
+        m.shm.alpha_us, m.shm.gbps, m.tcp.alpha_us, m.tcp.gbps
+    );
     println!("# reference: single-core memcpy of 64 MiB on this machine: {:.2} GB/s", memcpy_gbps());
 }
 

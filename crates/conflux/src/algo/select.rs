@@ -257,6 +257,17 @@ const HALF_REDUCE: f64 = 4.0;
 /// (bench --algo all -d bf16, replayed through this model).
 const HALF_REDUCE_ROOTED: f64 = 3.0;
 
+/// The shares of the message that one rank of recursive doubling (all_gather) or halving
+/// (reduce_scatter) over `p` ranks sends inside its node and across nodes, when its first
+/// (halving: last) `intra` steps stay inside: step k moves 2^k / p of it. At 2 nodes x 2 ranks
+/// that is 1/4 inside and 1/2 across, where charging all 3/4 to TCP priced rd at 2.5x its
+/// measured time and lost the 32 KiB cells to the ring (netns 2x2 at 2 Gbit/s: all_gather rd
+/// 108 us, ring 149; reduce_scatter rd 106, ring 117).
+fn rd_shares(p: f64, intra: f64) -> (f64, f64) {
+    let l = intra.exp2();
+    ((l - 1.0) / p, (p - l) / p)
+}
+
 fn log2_ceil(n: usize) -> f64 {
     (usize::BITS - (n.max(1) - 1).leading_zeros()) as f64
 }
@@ -445,11 +456,16 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             windows * m.sync_us * m.sync_factor(topo) + copies + (n + 1.0) / 3.0 * b / n * g
         }
         (AllGather, Ring) => ring(n - 1.0, (n - 1.0) / n, 0.0),
-        (AllGather, Rd) => (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * rd_big * b * beta * shared,
+        (AllGather, Rd) => {
+            let (inside, outside) = rd_shares(p, intra);
+            logstep(intra, inside * rd_big, logp - intra + 2.0 * folded, (outside + 2.0 * folded) * rd_big)
+        }
         (AllGather, Bruck) => logn * a + (n - 1.0) / n * b * beta * shared + 2.0 * b * cp,
         (ReduceScatter, Ring) => ring(n - 1.0, (n - 1.0) / n, (n - 1.0) / n),
         (ReduceScatter, Rd) => {
-            (logp + 2.0 * folded) * a + ((p - 1.0) / p + 2.0 * folded) * b * (rd_big * beta * shared + g)
+            let (inside, outside) = rd_shares(p, intra);
+            logstep(intra, inside * rd_big, logp - intra + 2.0 * folded, (outside + 2.0 * folded) * rd_big)
+                + ((p - 1.0) / p + 2.0 * folded) * b * g
         }
         (AllToAll, Pairwise) => a * (1.0 + overlap * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
         // A transpose through the segment, as reduce_scatter's: each rank writes the N - 1

@@ -75,8 +75,36 @@ pub(crate) struct Core {
     root: bool,
 }
 
+/// The cost model of a new communicator: `inherit`ed, else the one its ranks agreed on (rank
+/// 0's tuning file or the defaults) with, when it spans nodes and no file gave the parameters,
+/// TCP's bandwidth as measured now.
+fn settle_model(
+    t: &mut Transport,
+    inherit: Option<Model>,
+    store: &crate::store::StoreClient,
+    prefix: &str,
+    rank: usize,
+    config: &Config,
+) -> Result<Model> {
+    if let Some(m) = inherit {
+        return Ok(m);
+    }
+    let mut m = t.model;
+    if t.topo.nodes.len() > 1 && config.tune_file.is_none() {
+        let deadline = std::time::Instant::now() + config.timeout;
+        let topo = t.topo.clone();
+        m.tcp.gbps = super::calibrate::tcp_gbps(t, store, prefix, &topo, rank, deadline)?;
+        if rank == 0 {
+            tracing::info!(tcp_gbps = m.tcp.gbps, "TCP between nodes measured for the cost model");
+        }
+    }
+    Ok(m)
+}
+
 impl Core {
-    /// Builds the lanes of the communicator whose ranks have global ranks `world`.
+    /// Builds the lanes of the communicator whose ranks have global ranks `world`. A sub-group
+    /// `inherit`s its parent's cost model (the same on all its ranks); a new job agrees on one
+    /// and, when it spans nodes without a tuning file, measures its TCP links (`calibrate`).
     pub fn new(
         session: Arc<Session>,
         prefix: String,
@@ -84,6 +112,7 @@ impl Core {
         rank: usize,
         config: Config,
         root: bool,
+        inherit: Option<Model>,
     ) -> Result<Core> {
         let size = world.len();
         let abort = Arc::new(AtomicBool::new(false));
@@ -107,7 +136,11 @@ impl Core {
                         world: world.clone(),
                         channel: session.channel(),
                     };
-                    let built = bootstrap::build(&meeting, rank, size, &config, abort.clone())?;
+                    let mut built = bootstrap::build(&meeting, rank, size, &config, abort.clone())?;
+                    if lane == 0 {
+                        model = settle_model(&mut built.transport, inherit, store, &prefix, rank, &config)?;
+                    }
+                    built.transport.model = model;
                     (built.transport, built.local_ranks)
                 }
             };
@@ -115,7 +148,7 @@ impl Core {
                 transport.give_way = Some(high_busy.clone());
                 local_rank = local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
                 local_size = local_ranks.len();
-                (topo, model) = (transport.topo.clone(), transport.model);
+                topo = transport.topo.clone();
             }
             let label = format!("communicator {prefix:?}, {} lane", if lane == 0 { "normal" } else { "high-priority" });
             let stem = format!("{prefix}-lane{lane}");

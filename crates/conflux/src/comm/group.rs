@@ -114,7 +114,8 @@ impl Communicator {
     /// The communicator of `ranks` (ranks of this one), where this rank is number `me`.
     pub(super) fn child(&self, prefix: String, ranks: &[usize], me: usize) -> Result<Communicator> {
         let world: Arc<[usize]> = ranks.iter().map(|&r| self.core.world[r]).collect();
-        let core = Core::new(self.core.session.clone(), prefix, world, me, self.core.config.clone(), false)?;
+        let (session, config) = (self.core.session.clone(), self.core.config.clone());
+        let core = Core::new(session, prefix, world, me, config, false, Some(self.core.model))?;
         Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })
     }
 }

@@ -2,6 +2,7 @@
 
 mod bootstrap;
 mod buffer;
+mod calibrate;
 mod core;
 mod engine;
 mod fusion;
@@ -119,7 +120,7 @@ impl Communicator {
         }
         let session = Arc::new(Session::open(rank, size, store, config.timeout, config.job_token.as_ref())?);
         let world: Arc<[usize]> = (0..size).collect();
-        let core = Core::new(session, "conflux".into(), world, rank, config, true)?;
+        let core = Core::new(session, "conflux".into(), world, rank, config, true, None)?;
         Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })
     }
 

@@ -56,6 +56,11 @@ impl Checker {
             return;
         }
         self.passed += 1;
+        // A sub-group prices links as its parent does (across nodes: the parent's measured
+        // TCP rate), so that its ranks choose alike without measuring again.
+        if g.cost_model() != self.comm.cost_model() {
+            self.failed.push(format!("{what}: cost model {:?} differs from the parent's", g.cost_model()));
+        }
         let mut v: Vec<i64> = (0..33).map(|i| (me * 1000 + i) as i64).collect();
         let r = g.all_reduce(&mut v, ReduceOp::Sum);
         if self.ok(&format!("{what}: all_reduce"), r) {

@@ -43,6 +43,21 @@ fn two_nodes_with_slow_links_pick_hier_for_large_all_reduce() {
     assert_eq!(choose(&m, &call(OpKind::AllReduce, 16 << 20), &topo, None), Ok(Algo::Hier));
 }
 
+/// Recursive doubling's (halving's) steps inside a node are shared memory's: at 2 nodes x 2
+/// ranks on a 2 Gbit/s link (the bandwidth a communicator measures there), rd keeps
+/// all_gather and reduce_scatter through 32 KiB and yields to the ring once they spill.
+#[test]
+fn two_nodes_of_two_keep_recursive_doubling_until_it_spills() {
+    let m = Model { tcp: LinkCost { alpha_us: 40.0, gbps: 0.25 }, ..Model::default() };
+    let topo = tcp_only(4, 2);
+    for op in [OpKind::AllGather, OpKind::ReduceScatter] {
+        for bytes in [8, 8 << 10, 32 << 10] {
+            assert_eq!(choose(&m, &call(op, bytes), &topo, None), Ok(Algo::Rd), "{op} {bytes}");
+        }
+        assert_eq!(choose(&m, &call(op, 128 << 10), &topo, None), Ok(Algo::Ring), "{op} 128 KiB");
+    }
+}
+
 #[test]
 fn one_host_with_shared_memory_picks_direct_all_reduce() {
     let topo = Topo::single(4, true);

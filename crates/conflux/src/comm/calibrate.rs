@@ -1,0 +1,130 @@
+//! Measuring the links between nodes when a communicator that spans nodes is made, so that the
+//! cost model prices TCP at what this job's network carries.
+//!
+//! Why bandwidth and not α: networks differ most in it (2 Gbit/s to 100 Gbit/s), and it
+//! decides where the algorithms that send the whole message across at every step (recursive
+//! doubling, trees) lose to the ones that send a share of it (ring, hier). α stays the model's
+//! fitted per-step cost: a ping-pong's half round trip, which is all a few milliseconds could
+//! measure, is 5 µs on the netns testbed where the fitted 40 µs chooses right (on that
+//! testbed a file with α = 5.2 µs had 5 of 72 cells below 0.9 of the best, against none with 40).
+//!
+//! How: the first rank of each node (its leader) sends rounds of `ROUND` bytes to the next
+//! node's leader while it receives rounds from the previous one, a ring of the nodes, as the
+//! ring algorithm's steps load the links. A leader sends at least `MIN_ROUNDS`, goes on until
+//! `BUDGET` has passed or it sent `MAX_ROUNDS`, and marks its last round in the round's first
+//! byte, so its receiver knows when to stop without the leaders agreeing on a count first. The
+//! rate is what arrived in the second half of the rounds received: the first half pays the
+//! connection's start and lets a shaper's burst allowance pass (tbf's bucket, which would
+//! otherwise show a rate the link cannot keep). Every leader publishes its rate through the
+//! store; every rank takes the slowest, so all ranks price TCP alike and choose alike.
+//! About 20 ms at 2 Gbit/s (5 MiB each way, measured 0.235-0.239 GB/s of tbf's 0.25), 3 ms at
+//! 25 Gbit/s (8 MiB); a slow link costs two rounds, 2 s at 2 Mbit/s, and those still hold a
+//! fresh connection's slow start (at 50 Mbit/s: 0.0033-0.0059 GB/s of 0.00625).
+
+use std::time::{Duration, Instant};
+
+use crate::algo::select::Topo;
+use crate::error::{Error, Result};
+use crate::store::StoreClient;
+use crate::transport::{Sink, Transport, Xfer};
+
+/// Above every user tag (a u32) and without a collective's bit: no call's message can be taken
+/// for a probe's, or a probe's for a call's.
+const PROBE_TAG: u64 = 1 << 40;
+const ROUND: usize = 256 << 10;
+const MIN_ROUNDS: usize = 2;
+const MAX_ROUNDS: usize = 32;
+const BUDGET: Duration = Duration::from_millis(20);
+
+/// The slowest node-to-node rate in GB/s, the same on every rank of the communicator; `rank`
+/// is this rank's number in it. Only a job that spans nodes calls it.
+pub(crate) fn tcp_gbps(
+    t: &mut Transport,
+    store: &StoreClient,
+    prefix: &str,
+    topo: &Topo,
+    rank: usize,
+    deadline: Instant,
+) -> Result<f64> {
+    let k = topo.nodes.len();
+    let key = |i: usize| format!("{prefix}/tcp_gbps/{i}");
+    if let Some(i) = topo.nodes.iter().position(|n| n.first() == Some(&rank)) {
+        let (next, prev) = (topo.nodes[(i + 1) % k][0], topo.nodes[(i + k - 1) % k][0]);
+        let gbps = ring_rate(t, next, prev, deadline)
+            .map_err(|source| Error::Link { op: format!("measuring TCP to rank {next} and from {prev}"), source })?;
+        store.set(&key(i), gbps.to_string().as_bytes())?;
+    }
+    let mut slowest = f64::INFINITY;
+    for i in 0..k {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let v = store.get(&key(i), left)?;
+        let text = String::from_utf8_lossy(&v);
+        let gbps: f64 = text
+            .parse()
+            .ok()
+            .filter(|g: &f64| g.is_finite() && *g > 0.0)
+            .ok_or_else(|| Error::Config(format!("node {i}'s measured TCP rate {text:?} is not a rate")))?;
+        slowest = slowest.min(gbps);
+    }
+    Ok(slowest)
+}
+
+/// GB/s arriving from `prev` in the second half of its rounds, while sending rounds to `next`.
+fn ring_rate(
+    t: &mut Transport,
+    next: usize,
+    prev: usize,
+    deadline: Instant,
+) -> std::result::Result<f64, crate::transport::LinkError> {
+    let start = Instant::now();
+    let mut data = vec![0u8; ROUND];
+    let mut buf = vec![0u8; ROUND];
+    let (mut sent, mut sent_last, mut recv_last) = (0, false, false);
+    let mut arrived = Vec::with_capacity(MAX_ROUNDS);
+    while !(sent_last && recv_last) {
+        let mut xfers = Vec::with_capacity(2);
+        if !sent_last {
+            sent += 1;
+            sent_last = sent >= MAX_ROUNDS || (sent >= MIN_ROUNDS && start.elapsed() >= BUDGET);
+            data[0] = u8::from(sent_last);
+            xfers.push(Xfer::Send { peer: next, tag: PROBE_TAG, data: &data });
+        }
+        if !recv_last {
+            xfers.push(Xfer::Recv { peer: prev, tag: PROBE_TAG, sink: Sink::Copy(&mut buf) });
+        }
+        t.exchange(&mut xfers, deadline)?;
+        drop(xfers);
+        if !recv_last {
+            arrived.push(Instant::now());
+            recv_last = buf[0] != 0;
+        }
+    }
+    Ok(second_half_gbps(&arrived))
+}
+
+/// The rate of the rounds that arrived at `arrived` (one instant per round of `ROUND` bytes)
+/// after the first half of them; at least one round is timed.
+fn second_half_gbps(arrived: &[Instant]) -> f64 {
+    let from = (arrived.len() / 2).clamp(1, arrived.len().saturating_sub(1).max(1)) - 1;
+    let (Some(first), Some(last)) = (arrived.get(from), arrived.last()) else { return f64::NAN };
+    let rounds = arrived.len() - 1 - from;
+    let secs = last.duration_since(*first).as_secs_f64().max(1e-9);
+    (rounds * ROUND) as f64 / secs * 1e-9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_counts_the_second_half_of_the_rounds() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Two rounds: the second is timed from the first's arrival.
+        let g = second_half_gbps(&[at(100), at(101)]);
+        assert!((g - ROUND as f64 * 1e-6).abs() < 1e-9, "{g}");
+        // A fast first half (a shaper's burst) is left out: rounds 2..4 take 1 ms each.
+        let g = second_half_gbps(&[at(0), at(0), at(1), at(2), at(3)]);
+        assert!((g - ROUND as f64 * 1e-6).abs() < 1e-9, "{g}");
+    }
+}
