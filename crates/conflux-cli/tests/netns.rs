@@ -281,7 +281,8 @@ fn a_token_shared_across_nodes_and_a_node_with_another() {
 
 /// A job that spans nodes prices TCP at its slowest node's link, measured when the communicator
 /// is made: 3 nodes at 200mbit but node 2 at 50mbit (6.25 MB/s), so the model's rate is node
-/// 2's, within the measurement's noise; and sub-groups across nodes keep that model.
+/// 2's, within the measurement's noise; rank 0's tuning file, when it has one, replaces the
+/// measurement on every rank; and sub-groups across nodes keep the model they were made under.
 #[test]
 fn the_cost_model_prices_tcp_at_the_slowest_nodes_link() {
     if !netns_available(&["ip", "tc"]) {
@@ -303,6 +304,20 @@ fn the_cost_model_prices_tcp_at_the_slowest_nodes_link() {
     // Measured 0.0033-0.0059 in 9 runs: a fresh connection's slow start through tbf's queue
     // costs the short measurement up to half the rate; the others' links carry 0.025.
     assert!((0.002..0.0075).contains(&gbps), "measured {gbps} GB/s where node 2's link carries 0.00625:\n{t}");
+
+    // Only rank 0's tuning file counts, also when the other ranks have none: every rank takes
+    // its parameters and none measures (a rank measuring alone would wait for its peers' probes).
+    let file = std::env::temp_dir().join(format!("conflux-netns-tune-{}.txt", std::process::id()));
+    std::fs::write(&file, "tcp_gbps = 0.125\n").unwrap();
+    let only_rank0 = format!(
+        "[ \"$RANK\" = 0 ] && export CONFLUX_TUNE_FILE={}; exec {CONFLUX} bench all_reduce -b 8 -e 64K -f 8 --check",
+        file.display()
+    );
+    let out = cluster_with(2, 2, &[], &["bash", "-c", &only_rank0], &[("CONFLUX_TIMEOUT_S", "30")]);
+    let _ = std::fs::remove_file(&file);
+    assert_bench_ok(&out, 2, 2, &["all_reduce"]);
+    let t = text(&out);
+    assert!(t.contains("# cost model (rank 0's CONFLUX_TUNE_FILE): shm 1 us 4 GB/s, tcp 40 us 0.1250 GB/s"), "{t}");
 
     let out = cluster(2, 2, &["--rate", "200mbit"], &["conflux-check", "groups"]);
     let t = text(&out);

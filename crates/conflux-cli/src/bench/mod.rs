@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use conflux::algo::select::ModelSource;
 use conflux::config::parse_size;
 use conflux::{Algo, Communicator, Config, DataType, ReduceOp, TransportKind};
 
@@ -321,12 +322,10 @@ fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
         conflux::reduce::kernel_name()
     );
     let m = comm.cost_model();
-    let source = if std::env::var_os("CONFLUX_TUNE_FILE").is_some() {
-        "from CONFLUX_TUNE_FILE"
-    } else if comm.local_size() < comm.size() {
-        "defaults, TCP's GB/s measured between the nodes"
-    } else {
-        "defaults"
+    let source = match comm.cost_model_source() {
+        ModelSource::Defaults => "defaults",
+        ModelSource::TuningFile => "rank 0's CONFLUX_TUNE_FILE",
+        ModelSource::MeasuredTcp => "defaults, TCP's GB/s measured between the nodes",
     };
     println!(
         "# cost model ({source}): shm {} us {} GB/s, tcp {} us {:.4} GB/s",

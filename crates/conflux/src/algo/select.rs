@@ -116,6 +116,19 @@ impl Default for Model {
     }
 }
 
+/// Where a communicator's cost model came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelSource {
+    /// The built-in defaults: a job on one host (or a job of one rank).
+    #[default]
+    Defaults,
+    /// Rank 0's tuning file (`CONFLUX_TUNE_FILE`), as `conflux tune` writes it.
+    TuningFile,
+    /// The defaults, with TCP's bandwidth measured between the nodes as the communicator was
+    /// made (`comm/calibrate.rs`).
+    MeasuredTcp,
+}
+
 const KEYS: [&str; 8] =
     ["shm_alpha_us", "shm_gbps", "tcp_alpha_us", "tcp_gbps", "sync_us", "reduce_gbps", "copy_gbps", "oversub"];
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::netif::data_listen_ip;
-use crate::algo::select::{Model, Topo};
+use crate::algo::select::{Model, ModelSource, Topo};
 use crate::auth::{self, Purpose, Token};
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
@@ -70,19 +70,27 @@ fn topology(peers: &[Peer], one_segment: bool, local_tcp: bool) -> Topo {
 }
 
 /// Rank 0 reads the cost model (its tuning file, or the defaults) and publishes it; every
-/// rank uses what rank 0 published.
-fn agree_model(store: &StoreClient, prefix: &str, rank: usize, cfg: &Config, deadline: Instant) -> Result<Model> {
+/// rank uses what rank 0 published, and learns from it whether it came from a file (the
+/// published text's first line), since only rank 0's `CONFLUX_TUNE_FILE` counts.
+fn agree_model(
+    store: &StoreClient,
+    prefix: &str,
+    rank: usize,
+    cfg: &Config,
+    deadline: Instant,
+) -> Result<(Model, ModelSource)> {
     let key = format!("{prefix}/model");
     if rank == 0 {
         let model = match &cfg.tune_file {
-            None => Ok(Model::default()),
+            None => Ok((Model::default(), ModelSource::Defaults)),
             Some(path) => std::fs::read_to_string(path)
                 .map_err(|e| e.to_string())
                 .and_then(|text| Model::from_text(&text))
+                .map(|m| (m, ModelSource::TuningFile))
                 .map_err(|e| format!("tuning file {}: {e}", path.display())),
         };
         // A bad file fails every rank with rank 0's reason, not just rank 0.
-        let text = model.as_ref().map_or_else(|e| format!("!{e}"), |m| m.to_text());
+        let text = model.as_ref().map_or_else(|e| format!("!{e}"), |(m, src)| format!("{src:?}\n{}", m.to_text()));
         store.set(&key, text.as_bytes())?;
         return model.map_err(Error::Config);
     }
@@ -91,7 +99,10 @@ fn agree_model(store: &StoreClient, prefix: &str, rank: usize, cfg: &Config, dea
     if let Some(e) = text.strip_prefix('!') {
         return Err(Error::Config(format!("rank 0: {e}")));
     }
-    Model::from_text(&text).map_err(|e| Error::Config(format!("rank 0's cost model: {e}")))
+    let (src, params) = text.split_once('\n').unwrap_or_default();
+    let src = if src == "TuningFile" { ModelSource::TuningFile } else { ModelSource::Defaults };
+    let model = Model::from_text(params).map_err(|e| Error::Config(format!("rank 0's cost model: {e}")))?;
+    Ok((model, src))
 }
 
 /// This host's identity: `CONFLUX_NODE_ID`, else hostname plus boot id.
@@ -115,6 +126,8 @@ pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
 pub(crate) struct Built {
     pub transport: Transport,
     pub local_ranks: Vec<usize>,
+    /// Where `transport.model` came from: the defaults or rank 0's tuning file.
+    pub source: ModelSource,
 }
 
 /// Where a communicator meets: the store, the key prefix that is its own, the global rank of
@@ -205,8 +218,9 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     store.wait(&keys, left(deadline))?;
     let mut transport = Transport::new(rank, size, links, waiter);
     transport.topo = topology(&peers, use_shm && local_ranks.len() == size, cfg.transport == TransportKind::Tcp);
-    transport.model = agree_model(store, prefix, rank, cfg, deadline)?;
-    Ok(Built { transport, local_ranks })
+    let source;
+    (transport.model, source) = agree_model(store, prefix, rank, cfg, deadline)?;
+    Ok(Built { transport, local_ranks, source })
 }
 
 fn left(deadline: Instant) -> Duration {

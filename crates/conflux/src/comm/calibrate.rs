@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use crate::algo::select::Topo;
 use crate::error::{Error, Result};
-use crate::store::StoreClient;
-use crate::transport::{Sink, Transport, Xfer};
+use crate::store::{StoreClient, StoreError};
+use crate::transport::{LinkError, Sink, Transport, Xfer};
 
 /// Above every user tag (a u32) and without a collective's bit: no call's message can be taken
 /// for a probe's, or a probe's for a call's.
@@ -37,12 +37,14 @@ const MAX_ROUNDS: usize = 32;
 const BUDGET: Duration = Duration::from_millis(20);
 
 /// The slowest node-to-node rate in GB/s, the same on every rank of the communicator; `rank`
-/// is this rank's number in it. Only a job that spans nodes calls it.
+/// is this rank's number in it, `world` the global rank of each. Only a job that spans nodes
+/// calls it. A leader whose measurement fails publishes why, so that every rank fails with its
+/// reason at once; a rank that leaves the job meanwhile fails the others by name.
 pub(crate) fn tcp_gbps(
     t: &mut Transport,
     store: &StoreClient,
     prefix: &str,
-    topo: &Topo,
+    (topo, world): (&Topo, &[usize]),
     rank: usize,
     deadline: Instant,
 ) -> Result<f64> {
@@ -50,32 +52,65 @@ pub(crate) fn tcp_gbps(
     let key = |i: usize| format!("{prefix}/tcp_gbps/{i}");
     if let Some(i) = topo.nodes.iter().position(|n| n.first() == Some(&rank)) {
         let (next, prev) = (topo.nodes[(i + 1) % k][0], topo.nodes[(i + k - 1) % k][0]);
-        let gbps = ring_rate(t, next, prev, deadline)
-            .map_err(|source| Error::Link { op: format!("measuring TCP to rank {next} and from {prev}"), source })?;
-        store.set(&key(i), gbps.to_string().as_bytes())?;
+        match ring_rate(t, next, prev, deadline) {
+            Ok(gbps) => store.set(&key(i), gbps.to_string().as_bytes())?,
+            Err(e) => {
+                let culprit = e.peer().unwrap_or(world[next]);
+                store.set(&key(i), format!("!{culprit} {e}").as_bytes())?;
+                return Err(Error::Link { op: op(), source: e });
+            }
+        }
     }
-    let mut slowest = f64::INFINITY;
-    for i in 0..k {
-        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-        let v = store.get(&key(i), left)?;
-        let text = String::from_utf8_lossy(&v);
-        let gbps: f64 = text
-            .parse()
-            .ok()
-            .filter(|g: &f64| g.is_finite() && *g > 0.0)
-            .ok_or_else(|| Error::Config(format!("node {i}'s measured TCP rate {text:?} is not a rate")))?;
-        slowest = slowest.min(gbps);
+    let started = Instant::now();
+    let mut rates: Vec<Option<f64>> = vec![None; k];
+    loop {
+        for (i, rate) in rates.iter_mut().enumerate().filter(|(_, r)| r.is_none()) {
+            match store.get(&key(i), POLL) {
+                Ok(v) => *rate = Some(parse_rate(&String::from_utf8_lossy(&v), world[topo.nodes[i][0]])?),
+                Err(StoreError::Timeout { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if rates.iter().all(Option::is_some) {
+            return Ok(rates.into_iter().flatten().fold(f64::INFINITY, f64::min));
+        }
+        let gone = store.gone()?;
+        if let Some(&peer) = gone.iter().find(|r| world.contains(r)) {
+            let detail = "it left the job while TCP between the nodes was measured".to_string();
+            return Err(Error::Link { op: op(), source: LinkError::PeerGone { peer, detail } });
+        }
+        if Instant::now() >= deadline {
+            let peers = (0..k).filter(|&i| rates[i].is_none()).map(|i| world[topo.nodes[i][0]]).collect();
+            let secs = started.elapsed().as_secs_f64();
+            return Err(Error::Link { op: op(), source: LinkError::Timeout { peers, secs } });
+        }
     }
-    Ok(slowest)
+}
+
+/// How long one look at a leader's key waits before the others are looked at, and whether a
+/// rank left.
+const POLL: Duration = Duration::from_millis(50);
+
+fn op() -> String {
+    "measuring TCP between the nodes".into()
+}
+
+/// A leader's published rate, or the failure it published (`!culprit reason`).
+fn parse_rate(text: &str, leader: usize) -> Result<f64> {
+    if let Some(failed) = text.strip_prefix('!') {
+        let (culprit, reason) = failed.split_once(' ').unwrap_or(("", failed));
+        let culprit = culprit.parse().unwrap_or(leader);
+        let source = LinkError::Remote { culprit, reporter: leader, reason: reason.to_string() };
+        return Err(Error::Link { op: op(), source });
+    }
+    text.parse()
+        .ok()
+        .filter(|g: &f64| g.is_finite() && *g > 0.0)
+        .ok_or_else(|| Error::Config(format!("rank {leader}'s measured TCP rate {text:?} is not a rate")))
 }
 
 /// GB/s arriving from `prev` in the second half of its rounds, while sending rounds to `next`.
-fn ring_rate(
-    t: &mut Transport,
-    next: usize,
-    prev: usize,
-    deadline: Instant,
-) -> std::result::Result<f64, crate::transport::LinkError> {
+fn ring_rate(t: &mut Transport, next: usize, prev: usize, deadline: Instant) -> std::result::Result<f64, LinkError> {
     let start = Instant::now();
     let mut data = vec![0u8; ROUND];
     let mut buf = vec![0u8; ROUND];
@@ -115,6 +150,17 @@ fn second_half_gbps(arrived: &[Instant]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leaders_failure_reaches_every_rank_with_its_culprit() {
+        assert_eq!(parse_rate("0.25", 2).unwrap(), 0.25);
+        let e = parse_rate("!5 peer rank 5 is gone: reset", 2).unwrap_err();
+        assert_eq!(e.peer(), Some(5), "{e}");
+        assert!(e.to_string().contains("reported by rank 2") && e.to_string().contains("reset"), "{e}");
+        for bad in ["", "nan", "-1", "0", "inf"] {
+            assert!(matches!(parse_rate(bad, 2), Err(Error::Config(_))), "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_rate_counts_the_second_half_of_the_rounds() {

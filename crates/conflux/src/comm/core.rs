@@ -11,13 +11,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::bootstrap::{self, Meeting};
 use super::engine::Engine;
 use super::ops::Plan;
 use super::session::Session;
-use crate::algo::select::{Model, Topo};
+use crate::algo::select::{Model, ModelSource, Topo};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::recorder::Recorder;
@@ -71,34 +71,36 @@ pub(crate) struct Core {
     /// Where the ranks are and the cost model, as every lane's transport has them.
     pub topo: Topo,
     pub model: Model,
+    pub model_source: ModelSource,
     /// The communicator the session was opened for; its shutdown says the process's goodbye.
     root: bool,
 }
 
-/// The cost model of a new communicator: `inherit`ed, else the one its ranks agreed on (rank
-/// 0's tuning file or the defaults) with, when it spans nodes and no file gave the parameters,
-/// TCP's bandwidth as measured now.
+/// The cost model of a new communicator and where it came from: `inherit`ed, else the one its
+/// ranks agreed on (rank 0's tuning file or the defaults) with, when it spans nodes and rank 0
+/// had no file, TCP's bandwidth as measured now, by `deadline`.
 fn settle_model(
-    t: &mut Transport,
-    inherit: Option<Model>,
+    built: &mut bootstrap::Built,
+    inherit: Option<(Model, ModelSource)>,
     store: &crate::store::StoreClient,
     prefix: &str,
-    rank: usize,
-    config: &Config,
-) -> Result<Model> {
+    (rank, world): (usize, &[usize]),
+    deadline: Instant,
+) -> Result<(Model, ModelSource)> {
     if let Some(m) = inherit {
         return Ok(m);
     }
+    let t = &mut built.transport;
     let mut m = t.model;
-    if t.topo.nodes.len() > 1 && config.tune_file.is_none() {
-        let deadline = std::time::Instant::now() + config.timeout;
-        let topo = t.topo.clone();
-        m.tcp.gbps = super::calibrate::tcp_gbps(t, store, prefix, &topo, rank, deadline)?;
-        if rank == 0 {
-            tracing::info!(tcp_gbps = m.tcp.gbps, "TCP between nodes measured for the cost model");
-        }
+    if t.topo.nodes.len() < 2 || built.source == ModelSource::TuningFile {
+        return Ok((m, built.source));
     }
-    Ok(m)
+    let topo = t.topo.clone();
+    m.tcp.gbps = super::calibrate::tcp_gbps(t, store, prefix, (&topo, world), rank, deadline)?;
+    if rank == 0 {
+        tracing::info!(tcp_gbps = m.tcp.gbps, "TCP between nodes measured for the cost model");
+    }
+    Ok((m, ModelSource::MeasuredTcp))
 }
 
 impl Core {
@@ -112,14 +114,15 @@ impl Core {
         rank: usize,
         config: Config,
         root: bool,
-        inherit: Option<Model>,
+        inherit: Option<(Model, ModelSource)>,
     ) -> Result<Core> {
+        let deadline = Instant::now() + config.timeout;
         let size = world.len();
         let abort = Arc::new(AtomicBool::new(false));
         let high_busy = Arc::new(AtomicUsize::new(0));
         let mut lanes = Vec::new();
         let (mut local_rank, mut local_size) = (0, 1);
-        let (mut topo, mut model) = (Topo::single(size, false), Model::default());
+        let (mut topo, mut model, mut source) = (Topo::single(size, false), Model::default(), ModelSource::Defaults);
         for lane in 0..2 {
             let (mut transport, local_ranks) = match &session.store {
                 None => {
@@ -138,7 +141,7 @@ impl Core {
                     };
                     let mut built = bootstrap::build(&meeting, rank, size, &config, abort.clone())?;
                     if lane == 0 {
-                        model = settle_model(&mut built.transport, inherit, store, &prefix, rank, &config)?;
+                        (model, source) = settle_model(&mut built, inherit, store, &prefix, (rank, &world), deadline)?;
                     }
                     built.transport.model = model;
                     (built.transport, built.local_ranks)
@@ -175,6 +178,7 @@ impl Core {
             shrinks: AtomicU64::new(0),
             topo,
             model,
+            model_source: source,
             root,
         })
     }

@@ -115,7 +115,8 @@ impl Communicator {
     pub(super) fn child(&self, prefix: String, ranks: &[usize], me: usize) -> Result<Communicator> {
         let world: Arc<[usize]> = ranks.iter().map(|&r| self.core.world[r]).collect();
         let (session, config) = (self.core.session.clone(), self.core.config.clone());
-        let core = Core::new(session, prefix, world, me, config, false, Some(self.core.model))?;
+        let core =
+            Core::new(session, prefix, world, me, config, false, Some((self.core.model, self.core.model_source)))?;
         Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })
     }
 }

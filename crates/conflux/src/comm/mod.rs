@@ -165,6 +165,12 @@ impl Communicator {
         &self.core.model
     }
 
+    /// Where `cost_model` came from: the defaults, rank 0's tuning file, or the defaults with
+    /// TCP's bandwidth measured between the nodes (a sub-group's is its parent's).
+    pub fn cost_model_source(&self) -> select::ModelSource {
+        self.core.model_source
+    }
+
     pub fn priority(&self) -> Priority {
         if self.lane == 0 {
             Priority::Normal

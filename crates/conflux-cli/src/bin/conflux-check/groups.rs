@@ -58,7 +58,7 @@ impl Checker {
         self.passed += 1;
         // A sub-group prices links as its parent does (across nodes: the parent's measured
         // TCP rate), so that its ranks choose alike without measuring again.
-        if g.cost_model() != self.comm.cost_model() {
+        if g.cost_model() != self.comm.cost_model() || g.cost_model_source() != self.comm.cost_model_source() {
             self.failed.push(format!("{what}: cost model {:?} differs from the parent's", g.cost_model()));
         }
         let mut v: Vec<i64> = (0..33).map(|i| (me * 1000 + i) as i64).collect();
