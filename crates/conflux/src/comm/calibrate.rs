@@ -109,7 +109,9 @@ fn parse_rate(text: &str, leader: usize) -> Result<f64> {
         .ok_or_else(|| Error::Config(format!("rank {leader}'s measured TCP rate {text:?} is not a rate")))
 }
 
-/// GB/s arriving from `prev` in the second half of its rounds, while sending rounds to `next`.
+/// GB/s of the second half of the rounds, sending to `next` while receiving from `prev`. A
+/// round ends when both its send and its receive are done, so this is the slower direction's
+/// rate, as a ring step's is.
 fn ring_rate(t: &mut Transport, next: usize, prev: usize, deadline: Instant) -> std::result::Result<f64, LinkError> {
     let start = Instant::now();
     let mut data = vec![0u8; ROUND];
