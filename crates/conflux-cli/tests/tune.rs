@@ -38,6 +38,9 @@ fn tune_writes_a_file_the_library_reads() {
     assert!(values.iter().all(|v| v.is_finite() && *v > 0.0), "{m:?}");
     // Measured, not the defaults: reduce and copy rates are never exactly the defaults.
     assert_ne!((m.reduce_gbps, m.copy_gbps), (Model::default().reduce_gbps, Model::default().copy_gbps));
+    // TCP's bandwidth is measured; its α stays the model's fitted per-step cost, and says so.
+    assert_eq!(m.tcp.alpha_us, Model::default().tcp.alpha_us, "{file}");
+    assert!(file.contains("tcp_alpha_us is the default"), "{file}");
 
     let bench = ["bench", "all_reduce", "-n", "2", "-b", "8", "-e", "8", "--check"];
     let out = conflux(&bench, &[("CONFLUX_TUNE_FILE", &path)]);
