@@ -317,7 +317,7 @@ fn the_cost_model_prices_tcp_at_the_slowest_nodes_link() {
     let _ = std::fs::remove_file(&file);
     assert_bench_ok(&out, 2, 2, &["all_reduce"]);
     let t = text(&out);
-    assert!(t.contains("# cost model (rank 0's CONFLUX_TUNE_FILE): shm 1 us 4 GB/s, tcp 40 us 0.1250 GB/s"), "{t}");
+    assert!(t.contains("# cost model (rank 0's CONFLUX_TUNE_FILE): shm 1 us 4 GB/s, tcp 40 us 0.125 GB/s"), "{t}");
 
     let out = cluster(2, 2, &["--rate", "200mbit"], &["conflux-check", "groups"]);
     let t = text(&out);

@@ -327,9 +327,14 @@ fn print_header(comm: &Communicator, args: &BenchArgs, dtype: DataType) {
         ModelSource::TuningFile => "rank 0's CONFLUX_TUNE_FILE",
         ModelSource::MeasuredTcp => "defaults, TCP's GB/s measured between the nodes",
     };
+    // Four decimals, trailing zeros dropped: a measured rate of 0.0042 GB/s still shows.
+    let short = |v: f64| format!("{v:.4}").trim_end_matches('0').trim_end_matches('.').to_string();
     println!(
-        "# cost model ({source}): shm {} us {} GB/s, tcp {} us {:.4} GB/s",
-        m.shm.alpha_us, m.shm.gbps, m.tcp.alpha_us, m.tcp.gbps
+        "# cost model ({source}): shm {} us {} GB/s, tcp {} us {} GB/s",
+        short(m.shm.alpha_us),
+        short(m.shm.gbps),
+        short(m.tcp.alpha_us),
+        short(m.tcp.gbps)
     );
     println!("# reference: single-core memcpy of 64 MiB on this machine: {:.2} GB/s", memcpy_gbps());
 }
