@@ -305,19 +305,26 @@ fn the_cost_model_prices_tcp_at_the_slowest_nodes_link() {
     // costs the short measurement up to half the rate; the others' links carry 0.025.
     assert!((0.002..0.0075).contains(&gbps), "measured {gbps} GB/s where node 2's link carries 0.00625:\n{t}");
 
-    // Only rank 0's tuning file counts, also when the other ranks have none: every rank takes
-    // its parameters and none measures (a rank measuring alone would wait for its peers' probes).
+    // Only rank 0's tuning file counts, here where the others name a file their host lacks:
+    // every rank takes rank 0's parameters and none measures (a rank measuring alone would wait
+    // for its peers' probes), and sub-groups, whose first rank is another, read no file at all.
     let file = std::env::temp_dir().join(format!("conflux-netns-tune-{}.txt", std::process::id()));
     std::fs::write(&file, "tcp_gbps = 0.125\n").unwrap();
-    let only_rank0 = format!(
-        "[ \"$RANK\" = 0 ] && export CONFLUX_TUNE_FILE={}; exec {CONFLUX} bench all_reduce -b 8 -e 64K -f 8 --check",
-        file.display()
-    );
-    let out = cluster_with(2, 2, &[], &["bash", "-c", &only_rank0], &[("CONFLUX_TIMEOUT_S", "30")]);
-    let _ = std::fs::remove_file(&file);
+    let only_rank0 = |cmd: String| {
+        let f = file.display();
+        format!("export CONFLUX_TUNE_FILE={f}; [ \"$RANK\" = 0 ] || export CONFLUX_TUNE_FILE={f}.absent; exec {cmd}")
+    };
+    let env = [("CONFLUX_TIMEOUT_S", "30")];
+    let bench = only_rank0(format!("{CONFLUX} bench all_reduce -b 8 -e 64K -f 8 --check"));
+    let out = cluster_with(2, 2, &[], &["bash", "-c", &bench], &env);
     assert_bench_ok(&out, 2, 2, &["all_reduce"]);
     let t = text(&out);
     assert!(t.contains("# cost model (rank 0's CONFLUX_TUNE_FILE): shm 1 us 4 GB/s, tcp 40 us 0.125 GB/s"), "{t}");
+    let out = cluster_with(2, 2, &[], &["bash", "-c", &only_rank0(format!("{CHECK} groups"))], &env);
+    let _ = std::fs::remove_file(&file);
+    let t = text(&out);
+    assert!(out.status.success(), "job failed ({}):\n{t}", out.status);
+    assert_eq!(t.lines().filter(|l| l.contains(" passed, 0 failed")).count(), 4, "every rank passed:\n{t}");
 
     let out = cluster(2, 2, &["--rate", "200mbit"], &["conflux-check", "groups"]);
     let t = text(&out);

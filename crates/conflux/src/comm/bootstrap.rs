@@ -90,7 +90,8 @@ fn agree_model(
                 .map_err(|e| format!("tuning file {}: {e}", path.display())),
         };
         // A bad file fails every rank with rank 0's reason, not just rank 0.
-        let text = model.as_ref().map_or_else(|e| format!("!{e}"), |(m, src)| format!("{src:?}\n{}", m.to_text()));
+        let text =
+            model.as_ref().map_or_else(|e| format!("!{e}"), |(m, src)| format!("{}\n{}", header(*src), m.to_text()));
         store.set(&key, text.as_bytes())?;
         return model.map_err(Error::Config);
     }
@@ -99,10 +100,24 @@ fn agree_model(
     if let Some(e) = text.strip_prefix('!') {
         return Err(Error::Config(format!("rank 0: {e}")));
     }
-    let (src, params) = text.split_once('\n').unwrap_or_default();
-    let src = if src == "TuningFile" { ModelSource::TuningFile } else { ModelSource::Defaults };
+    let (head, params) = text.split_once('\n').unwrap_or((&text, ""));
+    let src =
+        [ModelSource::Defaults, ModelSource::TuningFile].into_iter().find(|s| header(*s) == head).ok_or_else(|| {
+            Error::Config(format!(
+                "rank 0 published a cost model headed {head:?}: do all ranks run one conflux version?"
+            ))
+        })?;
     let model = Model::from_text(params).map_err(|e| Error::Config(format!("rank 0's cost model: {e}")))?;
     Ok((model, src))
+}
+
+/// The first line of the model rank 0 publishes: where it came from.
+fn header(src: ModelSource) -> &'static str {
+    match src {
+        ModelSource::Defaults => "source: defaults",
+        ModelSource::TuningFile => "source: tuning file",
+        ModelSource::MeasuredTcp => "source: measured",
+    }
 }
 
 /// This host's identity: `CONFLUX_NODE_ID`, else hostname plus boot id.
@@ -140,7 +155,16 @@ pub(crate) struct Meeting<'a> {
     pub channel: u64,
 }
 
-pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, abort: Arc<AtomicBool>) -> Result<Built> {
+/// Builds this rank's links of the communicator `at`. `known`: its cost model when already
+/// settled (a sub-group's parent's, or lane 0's for lane 1); else rank 0's is agreed on, so
+/// that only the job's rank 0 ever reads a tuning file.
+pub(crate) fn build(
+    at: &Meeting<'_>,
+    (rank, size): (usize, usize),
+    cfg: &Config,
+    abort: Arc<AtomicBool>,
+    known: Option<(Model, ModelSource)>,
+) -> Result<Built> {
     let (store, store_addr, prefix) = (at.store, at.store_addr, at.prefix);
     let deadline = Instant::now() + cfg.timeout;
     let ip = data_listen_ip(cfg, store_addr)?;
@@ -219,7 +243,10 @@ pub(crate) fn build(at: &Meeting<'_>, rank: usize, size: usize, cfg: &Config, ab
     let mut transport = Transport::new(rank, size, links, waiter);
     transport.topo = topology(&peers, use_shm && local_ranks.len() == size, cfg.transport == TransportKind::Tcp);
     let source;
-    (transport.model, source) = agree_model(store, prefix, rank, cfg, deadline)?;
+    (transport.model, source) = match known {
+        Some(settled) => settled,
+        None => agree_model(store, prefix, rank, cfg, deadline)?,
+    };
     Ok(Built { transport, local_ranks, source })
 }
 

@@ -13,7 +13,8 @@
 //! ring algorithm's steps load the links. A leader sends at least `MIN_ROUNDS`, goes on until
 //! `BUDGET` has passed or it sent `MAX_ROUNDS`, and marks its last round in the round's first
 //! byte, so its receiver knows when to stop without the leaders agreeing on a count first. The
-//! rate is what arrived in the second half of the rounds received: the first half pays the
+//! rate is that of the second half of the rounds (each ends when its send and its receive are
+//! both done, so it is the slower direction's, as a ring step's is): the first half pays the
 //! connection's start and lets a shaper's burst allowance pass (tbf's bucket, which would
 //! otherwise show a rate the link cannot keep). Every leader publishes its rate through the
 //! store; every rank takes the slowest, so all ranks price TCP alike and choose alike.
@@ -63,32 +64,45 @@ pub(crate) fn tcp_gbps(
     }
     let started = Instant::now();
     let mut rates: Vec<Option<f64>> = vec![None; k];
+    let leader = |i: usize| world[topo.nodes[i][0]];
     loop {
-        for (i, rate) in rates.iter_mut().enumerate().filter(|(_, r)| r.is_none()) {
-            match store.get(&key(i), POLL) {
-                Ok(v) => *rate = Some(parse_rate(&String::from_utf8_lossy(&v), world[topo.nodes[i][0]])?),
-                Err(StoreError::Timeout { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+        // One wait for every key still missing; its timeout names the ones that still are.
+        let missing: Vec<String> = (0..k).filter(|&i| rates[i].is_none()).map(key).collect();
+        let refs: Vec<&str> = missing.iter().map(String::as_str).collect();
+        let absent = match store.wait(&refs, POLL) {
+            Ok(()) => Vec::new(),
+            Err(StoreError::Timeout { keys, .. }) => keys,
+            Err(e) => return Err(e.into()),
+        };
+        let arrived: Vec<usize> = (0..k).filter(|&i| rates[i].is_none() && !absent.contains(&key(i))).collect();
+        for i in arrived {
+            let v = store.get(&key(i), POLL)?;
+            rates[i] = Some(parse_rate(&String::from_utf8_lossy(&v), leader(i))?);
         }
         if rates.iter().all(Option::is_some) {
             return Ok(rates.into_iter().flatten().fold(f64::INFINITY, f64::min));
         }
         let gone = store.gone()?;
         if let Some(&peer) = gone.iter().find(|r| world.contains(r)) {
+            // A leader that failed published why before it left: look once more, so that every
+            // rank reports its reason rather than its leaving.
+            for i in (0..k).filter(|&i| rates[i].is_none()) {
+                if let Ok(v) = store.get(&key(i), Duration::from_millis(1)) {
+                    parse_rate(&String::from_utf8_lossy(&v), leader(i))?;
+                }
+            }
             let detail = "it left the job while TCP between the nodes was measured".to_string();
             return Err(Error::Link { op: op(), source: LinkError::PeerGone { peer, detail } });
         }
         if Instant::now() >= deadline {
-            let peers = (0..k).filter(|&i| rates[i].is_none()).map(|i| world[topo.nodes[i][0]]).collect();
+            let peers = (0..k).filter(|&i| rates[i].is_none()).map(leader).collect();
             let secs = started.elapsed().as_secs_f64();
             return Err(Error::Link { op: op(), source: LinkError::Timeout { peers, secs } });
         }
     }
 }
 
-/// How long one look at a leader's key waits before the others are looked at, and whether a
-/// rank left.
+/// How long one look at the leaders' keys waits before it looks whether a rank left.
 const POLL: Duration = Duration::from_millis(50);
 
 fn op() -> String {

@@ -76,31 +76,27 @@ pub(crate) struct Core {
     root: bool,
 }
 
-/// The cost model of a new communicator and where it came from: `inherit`ed, else the one its
-/// ranks agreed on (rank 0's tuning file or the defaults) with, when it spans nodes and rank 0
-/// had no file, TCP's bandwidth as measured now, by `deadline`.
+/// The cost model of a new communicator and where it came from: as `build` settled it (an
+/// `inherited` one, or rank 0's tuning file or the defaults) with, when it spans nodes and rank
+/// 0 had no file, TCP's bandwidth as measured now, by `deadline`.
 fn settle_model(
     built: &mut bootstrap::Built,
-    inherit: Option<(Model, ModelSource)>,
+    inherited: bool,
     store: &crate::store::StoreClient,
     prefix: &str,
     (rank, world): (usize, &[usize]),
     deadline: Instant,
 ) -> Result<(Model, ModelSource)> {
-    if let Some(m) = inherit {
-        return Ok(m);
-    }
     let t = &mut built.transport;
-    let mut m = t.model;
-    if t.topo.nodes.len() < 2 || built.source == ModelSource::TuningFile {
-        return Ok((m, built.source));
+    if inherited || t.topo.nodes.len() < 2 || built.source == ModelSource::TuningFile {
+        return Ok((t.model, built.source));
     }
     let topo = t.topo.clone();
-    m.tcp.gbps = super::calibrate::tcp_gbps(t, store, prefix, (&topo, world), rank, deadline)?;
+    t.model.tcp.gbps = super::calibrate::tcp_gbps(t, store, prefix, (&topo, world), rank, deadline)?;
     if rank == 0 {
-        tracing::info!(tcp_gbps = m.tcp.gbps, "TCP between nodes measured for the cost model");
+        tracing::info!(tcp_gbps = t.model.tcp.gbps, "TCP between nodes measured for the cost model");
     }
-    Ok((m, ModelSource::MeasuredTcp))
+    Ok((t.model, ModelSource::MeasuredTcp))
 }
 
 impl Core {
@@ -139,11 +135,13 @@ impl Core {
                         world: world.clone(),
                         channel: session.channel(),
                     };
-                    let mut built = bootstrap::build(&meeting, rank, size, &config, abort.clone())?;
+                    let known = if lane == 0 { inherit } else { Some((model, source)) };
+                    let mut built = bootstrap::build(&meeting, (rank, size), &config, abort.clone(), known)?;
                     if lane == 0 {
-                        (model, source) = settle_model(&mut built, inherit, store, &prefix, (rank, &world), deadline)?;
+                        let inherited = inherit.is_some();
+                        (model, source) =
+                            settle_model(&mut built, inherited, store, &prefix, (rank, &world), deadline)?;
                     }
-                    built.transport.model = model;
                     (built.transport, built.local_ranks)
                 }
             };
