@@ -141,7 +141,7 @@ pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
 pub(crate) struct Built {
     pub transport: Transport,
     pub local_ranks: Vec<usize>,
-    /// Where `transport.model` came from: the defaults or rank 0's tuning file.
+    /// Where `transport.model` came from: as `known` said, else the defaults or rank 0's file.
     pub source: ModelSource,
 }
 

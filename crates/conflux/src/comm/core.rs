@@ -68,7 +68,8 @@ pub(crate) struct Core {
     pub groups: AtomicU64,
     /// Shrinks made so far (see shrink.rs).
     pub shrinks: AtomicU64,
-    /// Where the ranks are and the cost model, as every lane's transport has them.
+    /// Where the ranks are and the cost model, as every lane's transport has them, and where
+    /// the model came from.
     pub topo: Topo,
     pub model: Model,
     pub model_source: ModelSource,
