@@ -271,8 +271,9 @@ const HALF_REDUCE: f64 = 4.0;
 const HALF_REDUCE_ROOTED: f64 = 3.0;
 
 /// The shares of the message that one rank of recursive doubling (all_gather) or halving
-/// (reduce_scatter) over `p` ranks sends inside its node and across nodes, when its first
-/// (halving: last) `intra` steps stay inside: step k moves 2^k / p of it. At 2 nodes x 2 ranks
+/// (reduce_scatter, and the two halves of rabenseifner) over `p` ranks sends inside its node
+/// and across nodes, when its first (halving: last) `intra` steps stay inside: step k moves
+/// 2^k / p of it; with none inside, all (p - 1) / p crosses. At 2 nodes x 2 ranks
 /// that is 1/4 inside and 1/2 across, where charging all 3/4 to TCP priced rd at 2.5x its
 /// measured time and lost the 32 KiB cells to the ring (netns 2x2 at 2 Gbit/s: all_gather rd
 /// 108 us, ring 149; reduce_scatter rd 106, ring 117).
@@ -390,8 +391,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             logstep(intra, intra, out, out) + (logp + 2.0 * folded) * b * (g + cp)
         }
         (AllReduce, Rabenseifner) => {
-            let (inside, outside) =
-                if split { (1.0 / nodes - 1.0 / p, 1.0 - 1.0 / nodes) } else { (0.0, (p - 1.0) / p) };
+            let (inside, outside) = rd_shares(p, intra);
             logstep(2.0 * intra, 2.0 * inside, 2.0 * (logp - intra) + 2.0 * folded, 2.0 * outside + 2.0 * folded)
                 + ((p - 1.0) / p + folded) * b * g
         }
