@@ -12,6 +12,12 @@ if [ "$(id -u)" = 0 ]; then
     export CONFLUX_REQUIRE_NETNS=1
     command -v nft >/dev/null || { apt-get install -y -q nftables >/dev/null || { apt-get update -q && apt-get install -y -q nftables; }; }
 fi
+# Style and lints first: they fail in seconds, before minutes of tests.
+if command -v rustup >/dev/null && ! rustup component list --installed | grep -q '^clippy'; then
+    rustup component add clippy rustfmt
+fi
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --release --locked
 cargo test --workspace --locked -- --test-threads=2
 bash scripts/py-env.sh
