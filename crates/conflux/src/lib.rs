@@ -1,7 +1,9 @@
 //! conflux: collective communication for CPU processes over shared memory and TCP.
 
 pub mod auth;
+mod call;
 pub mod dtype;
+mod sockopt;
 /// Re-exported for `with_dtype!`, whose expansions name the half types.
 pub use half;
 pub mod error;

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use super::Step;
+use super::{Ctx, Step};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
 /// The all-gather steps for n ranks: (distance d, blocks sent = blocks after d received).
@@ -27,16 +27,12 @@ pub(crate) fn gather_steps(n: usize) -> Vec<(usize, usize)> {
 }
 
 /// `buf` holds one block per rank (`blocks`), this rank's in place; afterwards all of them.
-pub(crate) fn all_gather(
-    t: &mut Transport,
-    s: &Step,
-    buf: &mut [u8],
-    blocks: &[Range<usize>],
-) -> Result<(), LinkError> {
+pub(crate) fn all_gather(cx: &mut Ctx<'_>, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<(), LinkError> {
+    let (t, s) = (&mut *cx.t, &cx.s);
     let (n, me) = (s.size, s.rank);
     let own = blocks[me].start;
     // Rotated: tmp starts with block `me`, then me+1, ..., wrapping around.
-    let mut tmp = std::mem::take(&mut t.staging);
+    let tmp = &mut *cx.staging;
     tmp.clear();
     tmp.extend_from_slice(&buf[own..]);
     tmp.extend_from_slice(&buf[..own]);
@@ -64,7 +60,6 @@ pub(crate) fn all_gather(
         buf[own..].copy_from_slice(&tmp[..tail]);
         buf[..own].copy_from_slice(&tmp[tail..]);
     }
-    t.staging = tmp;
     r
 }
 

@@ -14,9 +14,9 @@
 
 use std::ops::Range;
 
-use super::{even_blocks, Circle, Step};
+use super::{even_blocks, Circle, Ctx};
 use crate::dtype::{DataType, ReduceOp};
-use crate::transport::{LinkError, Sink, Transport, Xfer};
+use crate::transport::{LinkError, Sink, Xfer};
 
 /// One ring step of one rank: send `send` to `to` while taking `recv` from `from`, reduced
 /// into place or copied.
@@ -76,14 +76,9 @@ pub(crate) fn plan(nodes: &[Vec<usize>], rank: usize, len: usize, esize: usize) 
         .collect()
 }
 
-pub(crate) fn all_reduce(
-    t: &mut Transport,
-    s: &Step,
-    buf: &mut [u8],
-    dtype: DataType,
-    op: ReduceOp,
-) -> Result<(), LinkError> {
-    let segments = plan(&t.topo.nodes, s.rank, buf.len(), dtype.size());
+pub(crate) fn all_reduce(cx: &mut Ctx<'_>, buf: &mut [u8], dtype: DataType, op: ReduceOp) -> Result<(), LinkError> {
+    let (t, s) = (&mut *cx.t, &cx.s);
+    let segments = plan(&cx.topo.nodes, s.rank, buf.len(), dtype.size());
     let steps = segments.iter().enumerate().map(|(j, m)| j + m.len()).max().unwrap_or(0);
     for step in 0..steps {
         let moves: Vec<&Move> =

@@ -12,7 +12,7 @@
 use std::ops::Range;
 
 use super::fold::{Fold, Role};
-use super::{split2, Step};
+use super::{split2, Ctx, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
@@ -133,26 +133,19 @@ pub(crate) fn folded_all_reduce(
     folded(t, s, buf, |_| all.clone(), |_| all.clone(), Some((dtype, op)), body)
 }
 
-pub(crate) fn all_reduce(
-    t: &mut Transport,
-    s: &Step,
-    buf: &mut [u8],
-    dtype: DataType,
-    op: ReduceOp,
-) -> Result<(), LinkError> {
+pub(crate) fn all_reduce(cx: &mut Ctx<'_>, buf: &mut [u8], dtype: DataType, op: ReduceOp) -> Result<(), LinkError> {
+    let (t, s, mine) = (&mut *cx.t, &cx.s, &mut *cx.staging);
     folded_all_reduce(t, s, buf, dtype, op, |t, buf, v, f| {
         // The partner's data reduces into `buf` while this rank's copy is on its way out.
-        let mut mine = std::mem::take(&mut t.staging);
         let mut mask = 1;
         let mut r = Ok(());
         while mask < f.p && r.is_ok() {
             mine.clear();
             mine.extend_from_slice(buf);
             let peer = f.rank_of(v ^ mask);
-            r = trade(t, s, peer, &mine, Sink::Reduce { buf, dtype, op });
+            r = trade(t, s, peer, mine, Sink::Reduce { buf, dtype, op });
             mask *= 2;
         }
-        t.staging = mine;
         r
     })
 }

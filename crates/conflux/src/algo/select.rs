@@ -34,6 +34,7 @@
 
 use std::fmt::Write as _;
 
+use super::table::{self, Needs};
 use super::{Algo, OpKind};
 use crate::transport::shm::INLINE_DATA;
 
@@ -207,19 +208,9 @@ pub struct Call {
     pub half: bool,
 }
 
-/// Whether `algo` has a schedule for `op` at all.
+/// Whether `algo` has a schedule for `op` at all (a row in `table.rs`).
 pub fn implements(algo: Algo, op: OpKind) -> bool {
-    use Algo::*;
-    use OpKind::*;
-    matches!(
-        (op, algo),
-        (AllReduce, Ring | Direct | Tree | Rd | Rabenseifner | Hier)
-            | (Broadcast, Tree | Chain | ScatterAllGather)
-            | (Reduce, Ring | Tree | Chain)
-            | (AllGather, Ring | Direct | Rd | Bruck)
-            | (ReduceScatter, Ring | Direct | Rd)
-            | (AllToAll, Pairwise | Direct | Bruck)
-    )
+    table::find(algo, op).is_some()
 }
 
 /// Whether `algo` has a schedule for this form of call: its operation (`implements`), and
@@ -227,29 +218,35 @@ pub fn implements(algo: Algo, op: OpKind) -> bool {
 /// operation (`CONFLUX_ALGO=bruck`) leaves the calls it has none for to the model; a topology
 /// it cannot serve is still an error (`serves`).
 pub fn implements_call(algo: Algo, call: &Call) -> bool {
-    use Algo::*;
-    implements(algo, call.op)
-        && !(call.op == OpKind::AllToAll && !call.even && matches!(algo, Bruck | Direct))
-        && !(call.pieces && matches!(algo, Tree | Rd | Rabenseifner | Hier))
+    table::find(algo, call.op).is_some_and(|row| (row.uneven || call.even) && (row.pieces || !call.pieces))
 }
 
 /// Whether `algo` can serve `call` on `topo`, and if not, why (the error of a forced choice).
 pub fn serves(algo: Algo, call: &Call, topo: &Topo) -> Result<(), String> {
-    use Algo::*;
-    use OpKind::*;
-    if !implements(algo, call.op) {
+    let Some(row) = table::find(algo, call.op) else {
         return Err(format!("{algo} does not implement {}", call.op));
-    }
-    match algo {
-        Direct if !topo.one_segment => Err("direct needs every rank on one host with shared memory".into()),
-        Hier if topo.nodes.len() < 2 => Err("hier needs a job that spans at least two nodes".into()),
-        Hier if topo.uniform().is_none() => Err("hier needs the same number of ranks on every node".into()),
-        Bruck | Direct if call.op == AllToAll && !call.even => Err(format!("{algo} all_to_all needs equal blocks")),
-        Tree | Rd | Rabenseifner | Hier if call.pieces => {
-            Err(format!("{algo} does not take a coalesced all_reduce (ring and direct do)"))
+    };
+    match row.needs {
+        Needs::OneSegment if !topo.one_segment => {
+            return Err(format!("{algo} needs every rank on one host with shared memory"));
         }
-        _ => Ok(()),
+        Needs::EvenNodes if topo.nodes.len() < 2 => {
+            return Err(format!("{algo} needs a job that spans at least two nodes"));
+        }
+        Needs::EvenNodes if topo.uniform().is_none() => {
+            return Err(format!("{algo} needs the same number of ranks on every node"));
+        }
+        _ => {}
     }
+    if !row.uneven && !call.even {
+        return Err(format!("{algo} {} needs equal blocks", call.op));
+    }
+    if !row.pieces && call.pieces {
+        let takers: Vec<&str> =
+            table::TABLE.iter().filter(|r| r.op() == call.op && r.pieces).map(|r| r.algo.name()).collect();
+        return Err(format!("{algo} does not take a coalesced {} ({} do)", call.op, takers.join(" and ")));
+    }
+    Ok(())
 }
 
 /// How much more a byte of f16 or bf16 costs to reduce than one of f32 (`reduce_gbps`): each

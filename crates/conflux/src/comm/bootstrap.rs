@@ -13,9 +13,10 @@ use crate::algo::select::{Model, ModelSource, Topo};
 use crate::auth::{self, Purpose, Token};
 use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
+use crate::sockopt::tune_socket;
 use crate::store::StoreClient;
 use crate::transport::wait::Waiter;
-use crate::transport::{tune_socket, Layout, Link, Segment, TcpLink, Transport};
+use crate::transport::{Layout, Link, Segment, TcpLink, Transport};
 
 const HELLO_MAGIC: u64 = 0x6366_6c78_6865_6c6f;
 
@@ -141,7 +142,10 @@ pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
 pub(crate) struct Built {
     pub transport: Transport,
     pub local_ranks: Vec<usize>,
-    /// Where `transport.model` came from: as `known` said, else the defaults or rank 0's file.
+    /// Where the ranks are, and the cost model's parameters: the same on every rank.
+    pub topo: Topo,
+    pub model: Model,
+    /// Where `model` came from: as `known` said, else the defaults or rank 0's file.
     pub source: ModelSource,
 }
 
@@ -240,14 +244,13 @@ pub(crate) fn build(
     let keys: Vec<String> = (0..size).map(|r| format!("{prefix}/ready/{r}")).collect();
     let keys: Vec<&str> = keys.iter().map(|s| s.as_str()).collect();
     store.wait(&keys, left(deadline))?;
-    let mut transport = Transport::new(rank, size, links, waiter);
-    transport.topo = topology(&peers, use_shm && local_ranks.len() == size, cfg.transport == TransportKind::Tcp);
-    let source;
-    (transport.model, source) = match known {
+    let transport = Transport::new(rank, size, links, waiter);
+    let topo = topology(&peers, use_shm && local_ranks.len() == size, cfg.transport == TransportKind::Tcp);
+    let (model, source) = match known {
         Some(settled) => settled,
         None => agree_model(store, prefix, rank, cfg, deadline)?,
     };
-    Ok(Built { transport, local_ranks, source })
+    Ok(Built { transport, local_ranks, topo, model, source })
 }
 
 fn left(deadline: Instant) -> Duration {

@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 
 use super::bootstrap::{self, Meeting};
 use super::engine::Engine;
+use super::lane::LaneState;
 use super::ops::Plan;
+use super::planner::Planner;
+use super::recorder::Recorder;
 use super::session::Session;
 use crate::algo::select::{Model, ModelSource, Topo};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::transport::recorder::Recorder;
 use crate::transport::wait::Waiter;
 use crate::transport::Transport;
 
@@ -88,16 +90,15 @@ fn settle_model(
     (rank, world): (usize, &[usize]),
     deadline: Instant,
 ) -> Result<(Model, ModelSource)> {
+    if inherited || built.topo.nodes.len() < 2 || built.source == ModelSource::TuningFile {
+        return Ok((built.model, built.source));
+    }
     let t = &mut built.transport;
-    if inherited || t.topo.nodes.len() < 2 || built.source == ModelSource::TuningFile {
-        return Ok((t.model, built.source));
-    }
-    let topo = t.topo.clone();
-    t.model.tcp.gbps = super::calibrate::tcp_gbps(t, store, prefix, (&topo, world), rank, deadline)?;
+    built.model.tcp.gbps = super::calibrate::tcp_gbps(t, store, prefix, (&built.topo, world), rank, deadline)?;
     if rank == 0 {
-        tracing::info!(tcp_gbps = t.model.tcp.gbps, "TCP between nodes measured for the cost model");
+        tracing::info!(tcp_gbps = built.model.tcp.gbps, "TCP between nodes measured for the cost model");
     }
-    Ok((t.model, ModelSource::MeasuredTcp))
+    Ok((built.model, ModelSource::MeasuredTcp))
 }
 
 impl Core {
@@ -121,12 +122,12 @@ impl Core {
         let (mut local_rank, mut local_size) = (0, 1);
         let (mut topo, mut model, mut source) = (Topo::single(size, false), Model::default(), ModelSource::Defaults);
         for lane in 0..2 {
-            let (mut transport, local_ranks) = match &session.store {
+            let (mut transport, local_ranks, lane_topo) = match &session.store {
                 None => {
                     let waiter =
                         Waiter::new(None, 0, Vec::new(), None, world.clone(), abort.clone(), Duration::ZERO, false)
                             .map_err(|e| Error::setup("creating the waiter's eventfd", e))?;
-                    (Transport::new(rank, 1, vec![None], waiter), vec![rank])
+                    (Transport::new(rank, 1, vec![None], waiter), vec![rank], Topo::single(1, false))
                 }
                 Some((store, store_addr)) => {
                     let meeting = Meeting {
@@ -143,19 +144,20 @@ impl Core {
                         (model, source) =
                             settle_model(&mut built, inherited, store, &prefix, (rank, &world), deadline)?;
                     }
-                    (built.transport, built.local_ranks)
+                    (built.transport, built.local_ranks, built.topo)
                 }
             };
             if lane == 0 {
                 transport.give_way = Some(high_busy.clone());
                 local_rank = local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
                 local_size = local_ranks.len();
-                topo = transport.topo.clone();
+                topo = lane_topo.clone();
             }
             let label = format!("communicator {prefix:?}, {} lane", if lane == 0 { "normal" } else { "high-priority" });
             let stem = format!("{prefix}-lane{lane}");
-            transport.recorder = Arc::new(Recorder::new(world[rank], label, &stem, config.dump_dir.clone()));
-            let (engine, thread) = Engine::start(transport, world[rank], lane)?;
+            let recorder = Arc::new(Recorder::new(world[rank], label, &stem, config.dump_dir.clone()));
+            let state = LaneState::new(transport, Planner::new(lane_topo, model), recorder);
+            let (engine, thread) = Engine::start(state, world[rank], lane)?;
             let deterministic = config.deterministic;
             let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, call_algo: None, deterministic };
             lanes.push(Lane { plan, engine, thread: Mutex::new(Some(thread)) });
@@ -213,7 +215,7 @@ impl Core {
     /// Makes every lane disregard the store's failure reports that blame `ranks` (global).
     pub fn ignore_failures_of(&self, ranks: &[usize]) {
         for lane in &self.lanes {
-            lane.engine.transport().waiter.ignored.extend_from_slice(ranks);
+            lane.engine.lane_state().t.waiter.ignored.extend_from_slice(ranks);
         }
     }
 
@@ -235,7 +237,8 @@ impl Core {
                     let _ = th.join();
                 }
             }
-            let mut t = lane.engine.transport();
+            let mut state = lane.engine.lane_state();
+            let t = &mut state.t;
             t.finish_sockets();
             if let Some(m) = &mut t.waiter.monitor {
                 m.goodbye();

@@ -20,12 +20,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::lane::LaneState;
+use super::recorder::Recorder;
 use crate::error::{Error, Result};
-use crate::transport::recorder::Recorder;
 use crate::transport::wait::SelfWake;
-use crate::transport::Transport;
 
-type Job = Box<dyn FnOnce(&mut Transport) + Send>;
+type Job = Box<dyn FnOnce(&mut LaneState) + Send>;
 
 /// How long the engine drives posted transfers before looking at its queue again: the most a
 /// newly issued operation waits for the transport while background transfers are pending.
@@ -66,7 +66,7 @@ pub(crate) struct Engine {
     turn: Condvar,
     /// Signalled for the engine thread: a job was queued, one may now be next, or stop.
     work: Condvar,
-    transport: Mutex<Transport>,
+    transport: Mutex<LaneState>,
     recorder: Arc<Recorder>,
     /// Wakes the engine thread when it sleeps inside the transport.
     waker: SelfWake,
@@ -82,7 +82,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Engine {
     /// Starts the engine of one lane (0 normal, 1 high priority) of global rank `rank`.
-    pub fn start(transport: Transport, rank: usize, lane: usize) -> Result<(Arc<Engine>, JoinHandle<()>)> {
+    pub fn start(transport: LaneState, rank: usize, lane: usize) -> Result<(Arc<Engine>, JoinHandle<()>)> {
         let engine = Arc::new(Engine {
             queue: Mutex::new(Queue {
                 issued: 0,
@@ -94,8 +94,8 @@ impl Engine {
             }),
             turn: Condvar::new(),
             work: Condvar::new(),
-            recorder: transport.recorder.clone(),
-            waker: transport.waiter.self_wake(),
+            recorder: transport.calls.recorder.clone(),
+            waker: transport.t.waiter.self_wake(),
             driving: AtomicBool::new(false),
             transport: Mutex::new(transport),
         });
@@ -132,7 +132,7 @@ impl Engine {
             // notice cannot fall between this look and the wait below.
             drop(q);
             let mut t = lock(&self.transport);
-            if t.has_posted() {
+            if t.t.has_posted() {
                 self.driving.store(true, Ordering::SeqCst);
                 t.drive_posted(POSTED_SLICE, || {
                     let q = lock(&self.queue);
@@ -140,7 +140,7 @@ impl Engine {
                 });
                 self.driving.store(false, Ordering::SeqCst);
             }
-            let busy = t.has_posted();
+            let busy = t.t.has_posted();
             q = lock(&self.queue);
             drop(t);
             if busy || q.job_is_next() {
@@ -180,7 +180,7 @@ impl Engine {
     }
 
     /// Runs `f` on this thread after everything issued before it.
-    pub fn run_inline<R>(&self, f: impl FnOnce(&mut Transport) -> R) -> R {
+    pub fn run_inline<R>(&self, f: impl FnOnce(&mut LaneState) -> R) -> R {
         let mut q = lock(&self.queue);
         let t = q.issued;
         q.issued += 1;
@@ -215,7 +215,7 @@ impl Engine {
     pub fn drive_until(&self, done: impl Fn() -> bool) {
         let _ = self.run_here_if_idle(|t, mine| {
             let give_up = || done() || lock(&self.queue).issued > mine + 1;
-            while t.has_posted() && !give_up() {
+            while t.t.has_posted() && !give_up() {
                 t.drive_posted(POSTED_SLICE, give_up);
             }
         });
@@ -225,7 +225,7 @@ impl Engine {
     /// transport is free, else hands it back. Never waits for the transport: the engine thread
     /// may hold it, or this very thread (a completion callback that posts). The engine thread
     /// is woken for posted transfers `f` leaves pending.
-    fn run_here_if_idle<F: FnOnce(&mut Transport, u64)>(&self, f: F) -> std::result::Result<(), F> {
+    fn run_here_if_idle<F: FnOnce(&mut LaneState, u64)>(&self, f: F) -> std::result::Result<(), F> {
         let mut q = lock(&self.queue);
         if q.finished != q.issued {
             return Err(f);
@@ -240,13 +240,13 @@ impl Engine {
         drop(q);
         let mut done = TicketDone { engine: self, wake_engine: true };
         f(&mut t, mine);
-        done.wake_engine = t.has_posted();
+        done.wake_engine = t.t.has_posted();
         drop(t);
         Ok(())
     }
 
     /// The transport, for the inline operation whose turn it is.
-    fn take_transport(&self) -> MutexGuard<'_, Transport> {
+    fn take_transport(&self) -> MutexGuard<'_, LaneState> {
         match self.transport.try_lock() {
             Ok(t) => t,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -286,8 +286,8 @@ impl Engine {
         self.waker.wake();
     }
 
-    /// The transport, for setup and teardown work outside any operation.
-    pub fn transport(&self) -> MutexGuard<'_, Transport> {
+    /// The lane's state (its transport), for setup and teardown work outside any operation.
+    pub fn lane_state(&self) -> MutexGuard<'_, LaneState> {
         lock(&self.transport)
     }
 }

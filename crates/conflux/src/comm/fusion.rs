@@ -13,8 +13,9 @@
 //! sits in the message, so fused and per-tensor results are bitwise equal there; the ring's
 //! order depends on the element's block, so across hosts they agree to rounding.
 
-use super::ops::{self, Coll};
+use super::ops;
 use super::{bytes_mut, Communicator, Work};
+use crate::algo::coll::Coll;
 use crate::dtype::{Element, ReduceOp};
 use crate::error::Result;
 

@@ -8,8 +8,13 @@ mod engine;
 mod fusion;
 mod group;
 mod health;
+#[cfg(test)]
+mod inproc;
+mod lane;
 mod netif;
 mod ops;
+mod planner;
+mod recorder;
 mod session;
 mod shrink;
 
@@ -23,13 +28,15 @@ pub use fusion::Bucketer;
 pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
 
 use self::core::{Core, HighBusy, Lane};
+use crate::algo::coll::Coll;
 use crate::algo::{select, Algo, OpKind};
 use crate::config::{env_usize, var, Config};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
-use crate::transport::{LinkError, Posted, PostedBuf, Transport};
+use crate::transport::{LinkError, Posted, PostedBuf};
 use engine::Completer;
-use ops::{Coll, Plan};
+use lane::LaneState;
+use ops::Plan;
 use session::Session;
 
 /// Explicit construction: rank, size, store address and options.
@@ -152,7 +159,7 @@ impl Communicator {
     pub fn algo_for(&self, op: OpKind, bytes: usize, dtype: DataType) -> Result<Algo> {
         let plan = self.plan();
         let call = select::Call { op, bytes, even: true, pieces: false, half: dtype.is_half() };
-        select::choose(&self.core.model, &call, &self.core.topo, ops::forced(&plan, &call)).map_err(invalid)
+        select::choose(&self.core.model, &call, &self.core.topo, planner::forced(&plan, &call)).map_err(invalid)
     }
 
     /// Where this communicator's ranks are, as its algorithm choice sees them.
@@ -255,7 +262,7 @@ impl Communicator {
     fn spawn<T: Send + 'static>(
         &self,
         what: String,
-        job: impl FnOnce(&mut Transport, &Plan) -> Result<T> + Send + 'static,
+        job: impl FnOnce(&mut LaneState, &Plan) -> Result<T> + Send + 'static,
     ) -> Work<T> {
         let (work, done) = Work::new(what.clone());
         if let Err(e) = self.usable() {
@@ -538,7 +545,7 @@ impl Communicator {
         self.lane().engine.submit(
             what,
             Box::new(move |t| {
-                let peers = t.peers();
+                let peers = t.t.peers();
                 t.post(Posted::recv_any(peers, u64::from(tag), deadline, posted))
             }),
         );

@@ -120,7 +120,7 @@ impl StoreClient {
         let conn = TcpStream::connect_timeout(&self.addr, timeout).map_err(|e| self.broken(e))?;
         let _ = conn.set_nodelay(true);
         // And the store's host vanishing must end it here.
-        let _ = crate::transport::keep_alive(&conn);
+        let _ = crate::sockopt::keep_alive(&conn);
         prove(&conn, self.addr, self.token.as_ref(), auth::HANDSHAKE_TIMEOUT)?;
         let mut m = Monitor { conn, buf: Vec::new(), lost: false };
         m.send(&Enc::new(kind::MONITOR).u64(rank as u64).u64(channel).finish()).map_err(|e| self.broken(e))?;

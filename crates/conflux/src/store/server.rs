@@ -126,7 +126,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let Ok(conn) = conn else { continue };
         let _ = conn.set_nodelay(true);
         // A rank whose host vanishes must end its connection here, which tells every rank.
-        let _ = crate::transport::keep_alive(&conn);
+        let _ = crate::sockopt::keep_alive(&conn);
         let Ok(clone) = conn.try_clone() else {
             continue;
         };

@@ -16,8 +16,8 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use super::fingerprint::Fingerprint;
 use super::shm::Segment;
+use crate::call::Fingerprint;
 
 /// A call being published now (0, a fresh segment's value, is no call either: numbers start at 1).
 const EMPTY: u64 = u64::MAX;

@@ -10,8 +10,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::fingerprint::{Calls, Fingerprint};
 use super::LinkError;
+use crate::call::{Calls, Fingerprint};
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 

@@ -5,10 +5,8 @@
 //! through shared memory or TCP is decided at setup and invisible above this module.
 
 mod board;
-pub(crate) mod fingerprint;
 mod frame;
 mod posted;
-pub(crate) mod recorder;
 mod ring;
 pub(crate) mod shm;
 mod tcp;
@@ -18,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(crate) use fingerprint::{CallShape, Calls, Fingerprint};
+use crate::call::{Calls, Fingerprint};
 use frame::RxState;
 pub use frame::Sink;
 pub(crate) use frame::COLL_BIT;
@@ -26,7 +24,7 @@ use posted::PostedQueue;
 pub(crate) use posted::{Posted, PostedBuf};
 use ring::{SendProgress, ShmRx, ShmTx};
 pub(crate) use shm::{Layout, Segment};
-pub(crate) use tcp::{keep_alive, tune_socket, TcpLink};
+pub(crate) use tcp::TcpLink;
 use wait::{Idle, SocketInterest, Waiter};
 /// Why a transfer on a link failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -141,30 +139,14 @@ pub struct Transport {
     pub(crate) broken: Option<LinkError>,
     /// Chunks the direct shared-segment algorithms have run (the same count on every rank).
     pub(crate) direct_gen: u64,
-    /// Collectives run so far; numbers the tags of their messages.
-    pub(crate) seq: u64,
-    /// The last calls and their state, and the queue of asynchronous ones, dumped when this
-    /// transport fails.
-    pub(crate) calls_log: recorder::CallLog,
-    pub(crate) recorder: Arc<recorder::Recorder>,
+    /// The first failure (not an abort), until the layer above takes it to dump its flight
+    /// recorder (`take_new_failure`).
+    new_failure: Option<LinkError>,
     /// Asynchronous sends and receives progressing in the background.
     pub(crate) posted: PostedQueue,
     /// Operations running on a higher-priority lane of the same communicator; while there are
     /// any, this transport yields its core between chunks (see `give_way`).
     pub(crate) give_way: Option<Arc<AtomicUsize>>,
-    /// Kept between calls for algorithms that stage a message in one buffer, so its pages
-    /// are faulted in once, not every call.
-    pub(crate) staging: Vec<u8>,
-    /// Where the ranks are, and the cost model's parameters: the same on every rank, so that
-    /// every rank picks the same algorithm.
-    pub(crate) topo: crate::algo::select::Topo,
-    pub(crate) model: crate::algo::select::Model,
-    /// (operation, log2 size class) pairs whose choice was logged already.
-    pub(crate) logged: std::collections::HashSet<(crate::algo::OpKind, u32)>,
-    /// Choices made so far, by call and forced algorithm: ranking every algorithm costs more
-    /// than a small all_reduce on shared memory.
-    pub(crate) chosen:
-        std::collections::HashMap<(crate::algo::select::Call, Option<crate::algo::Algo>), crate::algo::Algo>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -182,22 +164,15 @@ impl Transport {
             waiter,
             broken: None,
             direct_gen: 0,
-            seq: 0,
-            calls_log: Default::default(),
-            recorder: Arc::new(recorder::Recorder::new(rank, String::new(), "", None)),
+            new_failure: None,
             posted: PostedQueue::default(),
             give_way: None,
-            staging: Vec::new(),
-            topo: crate::algo::select::Topo::single(size, false),
-            model: crate::algo::select::Model::default(),
-            logged: Default::default(),
-            chosen: Default::default(),
         }
     }
 
-    /// Leaves collective call `self.seq`, which went through (see `Waiter::leave_call`).
+    /// Leaves the collective call this rank is in, which went through (see `Waiter::leave_call`).
     pub(crate) fn leave_call(&self) -> Result<(), LinkError> {
-        let seq = self.seq;
+        let seq = self.waiter.calls.now.0;
         let links = &self.links;
         self.waiter.leave_call(|rank| links.get(rank).and_then(Option::as_ref).is_some_and(|l| l.rx.proven == seq))
     }
@@ -244,7 +219,7 @@ impl Transport {
         }
         let e = self.waiter.explain(raw);
         if self.broken.is_none() && e != LinkError::Aborted {
-            self.recorder.dump(&self.calls_log, &e.to_string(), &self.waiter.peers_calls());
+            self.new_failure = Some(e.clone());
         }
         if !timeout {
             self.waiter.report(&e);
@@ -252,6 +227,12 @@ impl Transport {
         self.broken = Some(e.clone());
         self.posted.fail_all(&e);
         e
+    }
+
+    /// The first failure of this transport (not an abort), once: the layer above dumps its
+    /// flight recorder then.
+    pub(crate) fn take_new_failure(&mut self) -> Option<LinkError> {
+        self.new_failure.take()
     }
 
     /// Posts a background transfer (see `posted.rs`) and makes one progress pass, which

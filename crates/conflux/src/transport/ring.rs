@@ -16,10 +16,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::fingerprint::Fingerprint;
 use super::frame::{encode_header, ByteSource, HEADER};
 use super::shm::Segment;
 use super::wait::ring_doorbell;
+use crate::call::Fingerprint;
 
 const RECORD: usize = 64;
 

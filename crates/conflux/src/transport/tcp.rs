@@ -7,12 +7,11 @@
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::time::Duration;
 
-use super::fingerprint::Fingerprint;
 use super::frame::{encode_header, ByteSource, CRC_BIT, HEADER};
 use super::ring::SendProgress;
 use super::LinkError;
+use crate::call::Fingerprint;
 
 pub(crate) struct TcpLink {
     stream: TcpStream,
@@ -26,40 +25,6 @@ pub(crate) struct TcpLink {
     eof_with: Option<usize>,
     /// Follow every payload with its CRC32C (`CONFLUX_CHECKSUM`).
     checksum: bool,
-}
-
-/// Silence after which a connection is probed, the interval between probes and how many may
-/// go unanswered: a host that vanishes (cable cut, power lost) without closing its sockets is
-/// noticed within about KEEPALIVE_IDLE + KEEPALIVE_PROBES x KEEPALIVE_INTERVAL = 11 s.
-/// Nine probes because a lossy network loses probes too. With 5% of each host's packets
-/// dropped in and out, a probe or its answer is lost about one time in five; three in a row
-/// (the old count, 1 in 150 per idle spell) ended a healthy store connection in a CI run of
-/// the lossy netns test. Nine in a row is about 1 in 4 million.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(2);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
-const KEEPALIVE_PROBES: u32 = 9;
-
-/// Turns on TCP keep-alive with the short timings above: on the job's store connections, whose
-/// end on the server tells every rank that the host went away, and on the data links.
-/// (Not TCP_USER_TIMEOUT: it would also end a healthy link whose receiver computes for longer
-/// than the timeout while the sender's data waits in a full window.)
-pub(crate) fn keep_alive(stream: &TcpStream) -> std::io::Result<()> {
-    use rustix::net::sockopt;
-    sockopt::set_socket_keepalive(stream, true)?;
-    sockopt::set_tcp_keepidle(stream, KEEPALIVE_IDLE)?;
-    sockopt::set_tcp_keepintvl(stream, KEEPALIVE_INTERVAL)?;
-    sockopt::set_tcp_keepcnt(stream, KEEPALIVE_PROBES)?;
-    Ok(())
-}
-
-/// Applies the socket options every data connection gets.
-pub(crate) fn tune_socket(stream: &TcpStream, bufsize: usize) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
-    keep_alive(stream)?;
-    let s = socket2::SockRef::from(stream);
-    s.set_send_buffer_size(bufsize)?;
-    s.set_recv_buffer_size(bufsize)?;
-    Ok(())
 }
 
 impl TcpLink {

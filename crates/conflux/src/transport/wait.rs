@@ -26,9 +26,9 @@ use rustix::thread::futex;
 
 mod explain;
 
-use super::fingerprint::{Calls, Fingerprint};
 use super::shm::Segment;
 use super::{board, LinkError};
+use crate::call::{Calls, Fingerprint};
 use crate::store::{Event, Monitor};
 use explain::Clue;
 

@@ -18,9 +18,9 @@
 use std::ops::Range;
 
 use super::{await_round, copy_part, parts, placement, publish, reduce_whole, start, Via};
-use crate::algo::Step;
+use crate::algo::Ctx;
 use crate::dtype::{DataType, ReduceOp};
-use crate::transport::{LinkError, Transport};
+use crate::transport::LinkError;
 
 /// Window `i` of `window` bytes of `block`, cut to the block.
 fn window_of(block: &Range<usize>, i: usize, window: usize) -> Range<usize> {
@@ -28,19 +28,15 @@ fn window_of(block: &Range<usize>, i: usize, window: usize) -> Range<usize> {
 }
 
 /// all_gather in place: `buf` holds every rank's block (`blocks`, by rank), this rank's filled.
-pub(crate) fn all_gather(
-    t: &mut Transport,
-    s: &Step,
-    buf: &mut [u8],
-    blocks: &[Range<usize>],
-) -> Result<(), LinkError> {
+pub(crate) fn all_gather(cx: &mut Ctx<'_>, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<(), LinkError> {
+    let (t, s) = (&mut *cx.t, &cx.s);
     let (seg, digest) = start(t)?;
     let (n, me) = (blocks.len(), t.waiter.me_local);
     debug_assert_eq!((me, n), (s.rank, seg.layout.ranks));
     let most = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
     // The slot is a whole number of pages, so a window holds whole elements.
     let window = most.min(seg.layout.chunk);
-    let rotate = !t.topo.oversubscribed();
+    let rotate = !cx.topo.oversubscribed();
     for i in 0..most.div_ceil(window.max(1)).max(1) {
         let win = |k: usize| window_of(&blocks[k], i, window);
         t.direct_gen += 1;
@@ -68,16 +64,14 @@ pub(crate) fn all_gather(
 /// reduce_scatter of `input` (every rank's block, `blocks`), or in place of `buf`, into this
 /// rank's block: `buf` itself with `input`, else its block of `buf`. Avg is left as a sum.
 pub(crate) fn reduce_scatter(
-    t: &mut Transport,
-    s: &Step,
+    cx: &mut Ctx<'_>,
     input: Option<&[u8]>,
     buf: &mut [u8],
     blocks: &[Range<usize>],
-    dtype: DataType,
-    op: ReduceOp,
+    (dtype, op): (DataType, ReduceOp),
 ) -> Result<(), LinkError> {
-    let (me, own) = (s.rank, blocks[s.rank].start);
-    transposed(t, s, input, buf, blocks, dtype.size(), |buf, w, parts| match input {
+    let (me, own) = (cx.s.rank, blocks[cx.s.rank].start);
+    transposed(cx, input, buf, blocks, dtype.size(), |buf, w, parts| match input {
         Some(i) => {
             reduce_whole(parts, me, Some(&i[w.clone()]), &mut [&mut buf[w.start - own..w.end - own]], 0, (dtype, op))
         }
@@ -87,17 +81,12 @@ pub(crate) fn reduce_scatter(
 
 /// all_to_all of blocks of `block` bytes: block k of `send` goes to rank k, block k of `recv`
 /// comes from rank k. This rank's own block is the caller's to copy.
-pub(crate) fn all_to_all(
-    t: &mut Transport,
-    s: &Step,
-    send: &[u8],
-    recv: &mut [u8],
-    block: usize,
-) -> Result<(), LinkError> {
+pub(crate) fn all_to_all(cx: &mut Ctx<'_>, send: &[u8], recv: &mut [u8], block: usize) -> Result<(), LinkError> {
+    let s = cx.s;
     let blocks: Vec<Range<usize>> = (0..s.size).map(|k| k * block..(k + 1) * block).collect();
     let own = s.rank * block;
     // Bytes are only copied, so a window may end anywhere: an element size of 1.
-    transposed(t, s, Some(send), recv, &blocks, 1, |recv, w, parts| {
+    transposed(cx, Some(send), recv, &blocks, 1, |recv, w, parts| {
         for (k, got) in parts.iter().enumerate().filter(|&(k, _)| k != s.rank) {
             let at = k * block + w.start - own;
             recv[at..at + got.len()].copy_from_slice(got);
@@ -111,22 +100,21 @@ pub(crate) fn all_to_all(
 /// of this rank's block from every rank's part, by rank (this rank's own part has the length
 /// but not the bytes). Windows hold whole elements of `esize` bytes.
 fn transposed(
-    t: &mut Transport,
-    s: &Step,
+    cx: &mut Ctx<'_>,
     input: Option<&[u8]>,
     data: &mut [u8],
     blocks: &[Range<usize>],
     esize: usize,
     mut take: impl FnMut(&mut [u8], Range<usize>, &[&[u8]]),
 ) -> Result<(), LinkError> {
+    let (t, s, scratch) = (&mut *cx.t, &cx.s, &mut *cx.staging);
     let (seg, digest) = start(t)?;
     let (n, me) = (blocks.len(), t.waiter.me_local);
     debug_assert_eq!((me, n), (s.rank, seg.layout.ranks));
     let most = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
     // At least one element: the slot holds 64 bytes a rank or more (`Layout::new`).
     let window = most.min(seg.layout.chunk / n / esize * esize);
-    let rotate = !t.topo.oversubscribed();
-    let mut scratch = std::mem::take(&mut t.staging);
+    let rotate = !cx.topo.oversubscribed();
     for i in 0..most.div_ceil(window.max(1)).max(1) {
         let win = |b: usize| window_of(&blocks[b], i, window);
         // Block b's window sits at b x window in every rank's part.
@@ -149,18 +137,14 @@ fn transposed(
         // SAFETY: as in `all_gather`: the next round, after rounds that all ended awaited and
         // read; placement keeps place + n x window, at least len, in the slot.
         unsafe { publish(&seg, me, gen, via, len, digest, fill) };
-        if let Err(e) = await_round(t, s, &seg, gen, via, |_| len, digest) {
-            t.staging = scratch;
-            return Err(e);
-        }
+        await_round(t, s, &seg, gen, via, |_| len, digest)?;
         // This rank's own part has the length but not the bytes (its block was not written),
         // which `take` does not read.
         // SAFETY: round gen was awaited with every rank's length len, which `at(me)` is within;
         // the slices go with this iteration, before the next publish.
-        let got = unsafe { parts(&seg, me, gen, via, at(me), &mut scratch) };
+        let got = unsafe { parts(&seg, me, gen, via, at(me), scratch) };
         take(data, win(me), &got);
         t.give_way();
     }
-    t.staging = scratch;
     Ok(())
 }

@@ -64,7 +64,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::Step;
+use super::{Ctx, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::shm::{inline_lines, inline_span, INLINE_DATA};
@@ -336,24 +336,23 @@ pub(super) fn start(t: &Transport) -> Result<(Arc<Segment>, u64), LinkError> {
 /// together. `input`
 /// is given only with a single piece. Avg is left as a sum.
 pub(crate) fn all_reduce(
-    t: &mut Transport,
-    s: &Step,
+    cx: &mut Ctx<'_>,
     input: Option<&[u8]>,
     out: &mut [&mut [u8]],
-    dtype: DataType,
-    op: ReduceOp,
+    (dtype, op): (DataType, ReduceOp),
 ) -> Result<(), LinkError> {
     debug_assert!(input.is_none() || out.len() == 1);
     // Every rank's call, and the one before, must be this rank's (see transport/fingerprint.rs).
-    let (seg, digest) = start(t)?;
+    let (seg, digest) = start(cx.t)?;
+    let total: usize = out.iter().map(|p| p.len()).sum();
+    if total <= INLINE_DATA {
+        return all_reduce_inline(cx, &seg, input, out, (dtype, op), digest);
+    }
+    let (t, s) = (&mut *cx.t, &cx.s);
     let l = seg.layout;
     let (n, me) = (l.ranks, t.waiter.me_local);
     let esize = dtype.size();
     let chunk = l.chunk / (esize * n) * (esize * n);
-    let total: usize = out.iter().map(|p| p.len()).sum();
-    if total <= INLINE_DATA {
-        return all_reduce_inline(t, s, &seg, input, out, (dtype, op), digest);
-    }
     let mut at = 0;
     loop {
         let len = (total - at).min(chunk);
@@ -361,7 +360,7 @@ pub(crate) fn all_reduce(
         let gen = t.direct_gen;
         let p = (gen % 2) as usize;
         let small = total / n <= SMALL || len <= SMALL;
-        let place = placement(gen, len, l.chunk, small && !t.topo.oversubscribed());
+        let place = placement(gen, len, l.chunk, small && !cx.topo.oversubscribed());
         let fill = |dst: &mut [u8], r: Range<usize>| match input {
             Some(i) => dst.copy_from_slice(&i[at + r.start..at + r.end]),
             None => {
@@ -437,14 +436,14 @@ pub(super) fn reduce_whole(
 
 /// The whole all_reduce of at most `INLINE_DATA` bytes, through the inline blocks (Inline above).
 fn all_reduce_inline(
-    t: &mut Transport,
-    s: &Step,
+    cx: &mut Ctx<'_>,
     seg: &Segment,
     input: Option<&[u8]>,
     out: &mut [&mut [u8]],
     kind: (DataType, ReduceOp),
     digest: u64,
 ) -> Result<(), LinkError> {
+    let (t, s) = (&mut *cx.t, &cx.s);
     let me = t.waiter.me_local;
     let len: usize = out.iter().map(|p| p.len()).sum();
     t.direct_gen += 1;
@@ -459,12 +458,10 @@ fn all_reduce_inline(
     if len == 0 {
         return Ok(());
     }
-    let mut gathered = std::mem::take(&mut t.staging);
     // SAFETY: round gen was awaited with every rank's length `len`; the slices are gone when
     // this call returns.
-    let slots = unsafe { parts(seg, me, gen, Via::Inline, 0..len, &mut gathered) };
+    let slots = unsafe { parts(seg, me, gen, Via::Inline, 0..len, cx.staging) };
     reduce_whole(&slots, me, input, out, 0, kind);
-    t.staging = gathered;
     Ok(())
 }
 

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use crate::algo::{Algo, OpKind};
+use super::{Algo, OpKind};
 use crate::dtype::{DataType, ReduceOp};
 
 /// The collective a rank is in and the one before it, as (call number, fingerprint).

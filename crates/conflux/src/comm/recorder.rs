@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::fingerprint::Fingerprint;
+use crate::call::Fingerprint;
 use crate::dtype::DataType;
 
 /// Operations kept, newest last.
