@@ -1,6 +1,8 @@
-//! Collective algorithms. Each is a small module that sees only `Transport::exchange` (and,
-//! for the direct shared-segment algorithms, the segment's slots): one schedule of steps.
-//! Which one serves a call is decided in `select.rs`.
+//! Collective algorithms, one small module each, all registered in one table (`table.rs`),
+//! with the cost model that chooses among them (`select.rs`). They see only the transport's
+//! interface (and the shared segment, for the direct ones) through a `Ctx`; this layer
+//! imports nothing from `comm/`. Each module is one schedule of steps, most of them sends and
+//! receives through `Transport::exchange`.
 
 pub(crate) mod bruck;
 pub(crate) mod chain;

@@ -15,7 +15,7 @@ use crate::config::{Config, TransportKind};
 use crate::error::{Error, Result};
 use crate::sockopt::tune_socket;
 use crate::store::StoreClient;
-use crate::transport::wait::Waiter;
+use crate::transport::wait::{OnHost, Waiter, Watch};
 use crate::transport::{Layout, Link, Segment, TcpLink, Transport};
 
 const HELLO_MAGIC: u64 = 0x6366_6c78_6865_6c6f;
@@ -235,10 +235,11 @@ pub(crate) fn build(
     let monitor = store.monitor(at.world[rank], at.channel, left(deadline))?;
     let oversubscribed = local_ranks.len() > node_cores(&peers, &local_ranks);
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
-    let mut waiter = Waiter::new(seg, me_local, pidfds, Some(monitor), at.world.clone(), abort, spin, oversubscribed)
-        .map_err(|e| Error::setup("creating the waiter's eventfd", e))?;
-    waiter.seg_ranks = local_ranks.clone();
-    waiter.me = at.world[rank];
+    let host = seg.map(|seg| OnHost { seg, me_local, ranks: local_ranks.clone() });
+    let world = at.world.clone();
+    let monitor = Some(monitor);
+    let watch = Watch { host, pidfds, monitor, world, rank, abort, spin, yield_while_spinning: oversubscribed };
+    let waiter = Waiter::new(watch).map_err(|e| Error::setup("creating the waiter's eventfd", e))?;
 
     store.set(&format!("{prefix}/ready/{rank}"), b"1")?;
     let keys: Vec<String> = (0..size).map(|r| format!("{prefix}/ready/{r}")).collect();

@@ -23,7 +23,7 @@ use super::session::Session;
 use crate::algo::select::{Model, ModelSource, Topo};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::transport::wait::Waiter;
+use crate::transport::wait::{Waiter, Watch};
 use crate::transport::Transport;
 
 /// How urgently an operation should run relative to others of its communicator.
@@ -124,9 +124,19 @@ impl Core {
         for lane in 0..2 {
             let (mut transport, local_ranks, lane_topo) = match &session.store {
                 None => {
-                    let waiter =
-                        Waiter::new(None, 0, Vec::new(), None, world.clone(), abort.clone(), Duration::ZERO, false)
-                            .map_err(|e| Error::setup("creating the waiter's eventfd", e))?;
+                    let (world, abort) = (world.clone(), abort.clone());
+                    let (pidfds, spin) = (Vec::new(), Duration::ZERO);
+                    let watch = Watch {
+                        host: None,
+                        pidfds,
+                        monitor: None,
+                        world,
+                        rank,
+                        abort,
+                        spin,
+                        yield_while_spinning: false,
+                    };
+                    let waiter = Waiter::new(watch).map_err(|e| Error::setup("creating the waiter's eventfd", e))?;
                     (Transport::new(rank, 1, vec![None], waiter), vec![rank], Topo::single(1, false))
                 }
                 Some((store, store_addr)) => {

@@ -16,7 +16,7 @@ use super::recorder::Recorder;
 use crate::algo::select::{Model, Topo};
 use crate::algo::Algo;
 use crate::config::AlgoSpec;
-use crate::transport::wait::Waiter;
+use crate::transport::wait::{OnHost, Waiter, Watch};
 use crate::transport::{Layout, Link, Segment, Transport};
 
 /// Small rings and slots, so that modest messages wrap the rings and take several chunks.
@@ -29,10 +29,9 @@ fn lane(n: usize, rank: usize, seg: &Arc<Segment>, topo: &Topo) -> LaneState {
     let world: Arc<[usize]> = (0..n).collect();
     let abort = Arc::new(AtomicBool::new(false));
     let spin = Duration::from_micros(20);
-    let mut waiter = Waiter::new(Some(seg.clone()), rank, Vec::new(), None, world, abort, spin, true)
-        .expect("an eventfd for the waiter");
-    waiter.seg_ranks = (0..n).collect();
-    waiter.me = rank;
+    let host = Some(OnHost { seg: seg.clone(), me_local: rank, ranks: (0..n).collect() });
+    let watch = Watch { host, pidfds: Vec::new(), monitor: None, world, rank, abort, spin, yield_while_spinning: true };
+    let waiter = Waiter::new(watch).expect("an eventfd for the waiter");
     let recorder = Arc::new(Recorder::new(rank, format!("in-process rank {rank}"), "inproc", None));
     LaneState::new(Transport::new(rank, n, links, waiter), Planner::new(topo.clone(), Model::default()), recorder)
 }

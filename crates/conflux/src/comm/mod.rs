@@ -1,4 +1,11 @@
 //! The communicator: the ranks of one job, their links, and the collectives a user calls.
+//!
+//! The top layer of the library: communicators and their groups, each with two lanes (a
+//! progress engine and a `LaneState`: transport, call context and planner, `lane.rs`), the
+//! bootstrap through the store, and `ops.rs`, the one path every call takes into the
+//! algorithm table. It may use every layer below (`algo/`, `transport/`, `store/`, `call/`,
+//! `reduce/`); nothing below imports it. The fronts (the CLI, Python, torch) use only its
+//! public API.
 
 mod bootstrap;
 mod buffer;

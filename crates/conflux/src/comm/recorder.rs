@@ -3,7 +3,8 @@
 //! says where it was (the role of NCCL's flight recorder in torch, TORCH_NCCL_TRACE_BUFFER_SIZE).
 //!
 //! The engine records asynchronous operations as they are queued; `ops::run` records every
-//! call as it starts and ends; the transport dumps the record the first time it fails, to
+//! call as it starts and ends; the lane dumps the record the first time its transport fails
+//! (`LaneState::record_failure`), before the failed call is marked ended, to
 //! stderr and, with `CONFLUX_DUMP_DIR`, to a file per rank and lane. Recording a blocking call
 //! takes no lock and no allocation.
 

@@ -1,5 +1,10 @@
 //! Links between ranks: shared memory within a host, TCP across hosts.
 //!
+//! The lowest layer of the library, with `store/`: links, waiting and liveness only. It
+//! stamps and checks the fingerprint of the call a message belongs to (`call/`), but knows
+//! nothing of algorithms or communicators: it imports nothing from `algo/` or `comm/`. Call
+//! numbering, the flight recorder and the choice of algorithm live in `comm/` above it.
+//!
 //! Algorithms see only [`Transport::exchange`]: a set of sends and receives with peers that
 //! progress together until all are done, as one step of a schedule. Whether a peer is reached
 //! through shared memory or TCP is decided at setup and invisible above this module.

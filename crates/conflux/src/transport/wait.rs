@@ -124,37 +124,59 @@ pub(crate) struct SocketInterest<'a> {
     pub peer: usize,
 }
 
+/// This host's shared segment, as a waiter sees it.
+pub(crate) struct OnHost {
+    pub seg: Arc<Segment>,
+    /// This rank's index in the segment.
+    pub me_local: usize,
+    /// The communicator's rank of each rank of the segment, by segment index.
+    pub ranks: Vec<usize>,
+}
+
+/// Everything a waiter is told at setup.
+pub(crate) struct Watch {
+    /// The segment, when this rank shares one with local peers.
+    pub host: Option<OnHost>,
+    /// (rank, pidfd) of every other local rank.
+    pub pidfds: Vec<(usize, OwnedFd)>,
+    /// This communicator's own channel to the store.
+    pub monitor: Option<Monitor>,
+    /// The global rank of each rank of this communicator, and this rank's index in it.
+    pub world: Arc<[usize]>,
+    pub rank: usize,
+    pub abort: Arc<AtomicBool>,
+    /// How long to spin before sleeping, and whether to yield while spinning (the host runs
+    /// more ranks than cores).
+    pub spin: Duration,
+    pub yield_while_spinning: bool,
+}
+
 impl Waiter {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        seg: Option<Arc<Segment>>,
-        me_local: usize,
-        pidfds: Vec<(usize, OwnedFd)>,
-        monitor: Option<Monitor>,
-        world: Arc<[usize]>,
-        abort: Arc<AtomicBool>,
-        spin: Duration,
-        yield_while_spinning: bool,
-    ) -> std::io::Result<Waiter> {
+    pub fn new(w: Watch) -> std::io::Result<Waiter> {
         use rustix::event::{eventfd, EventfdFlags};
         let wake_fd = Arc::new(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
+        let me = w.world.get(w.rank).copied().unwrap_or(w.rank);
+        let (seg, me_local, seg_ranks) = match w.host {
+            Some(h) => (Some(h.seg), h.me_local, h.ranks),
+            None => (None, 0, Vec::new()),
+        };
         Ok(Waiter {
             seg,
             me_local,
-            pidfds,
-            monitor,
-            world,
-            abort,
-            spin,
-            yield_while_spinning,
+            pidfds: w.pidfds,
+            monitor: w.monitor,
+            world: w.world,
+            abort: w.abort,
+            spin: w.spin,
+            yield_while_spinning: w.yield_while_spinning,
             cpu: 0,
             last_check: Instant::now(),
             exited_seen: Vec::new(),
             left: Vec::new(),
             clues: Vec::new(),
-            seg_ranks: Vec::new(),
+            seg_ranks,
             ignored: Vec::new(),
-            me: usize::MAX,
+            me,
             calls: Calls::default(),
             from_store: false,
             wake_fd,
