@@ -13,6 +13,7 @@ mod board;
 mod frame;
 mod posted;
 mod ring;
+pub(crate) mod rounds;
 pub(crate) mod shm;
 mod tcp;
 pub(crate) mod wait;
@@ -143,7 +144,7 @@ pub struct Transport {
     /// Set once a link failed: nothing on this transport can be trusted after that.
     pub(crate) broken: Option<LinkError>,
     /// Chunks the direct shared-segment algorithms have run (the same count on every rank).
-    pub(crate) direct_gen: u64,
+    direct_gen: u64,
     /// The first failure (not an abort), until the layer above takes it to dump its flight
     /// recorder (`take_new_failure`).
     new_failure: Option<LinkError>,

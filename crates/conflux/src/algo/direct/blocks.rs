@@ -17,9 +17,10 @@
 
 use std::ops::Range;
 
-use super::{await_round, copy_part, parts, placement, publish, reduce_whole, start, Via};
+use super::{placement, reduce_whole};
 use crate::algo::Ctx;
 use crate::dtype::{DataType, ReduceOp};
+use crate::transport::rounds::Via;
 use crate::transport::LinkError;
 
 /// Window `i` of `window` bytes of `block`, cut to the block.
@@ -29,34 +30,25 @@ fn window_of(block: &Range<usize>, i: usize, window: usize) -> Range<usize> {
 
 /// all_gather in place: `buf` holds every rank's block (`blocks`, by rank), this rank's filled.
 pub(crate) fn all_gather(cx: &mut Ctx<'_>, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<(), LinkError> {
-    let (t, s) = (&mut *cx.t, &cx.s);
-    let (seg, digest) = start(t)?;
-    let (n, me) = (blocks.len(), t.waiter.me_local);
-    debug_assert_eq!((me, n), (s.rank, seg.layout.ranks));
+    let (deadline, rotate) = (cx.s.deadline, !cx.topo.oversubscribed());
+    let mut rounds = cx.t.rounds()?;
+    let (n, me) = (blocks.len(), rounds.local_rank());
+    debug_assert_eq!((me, n), (cx.s.rank, rounds.ranks()));
     let most = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
     // The slot is a whole number of pages, so a window holds whole elements.
-    let window = most.min(seg.layout.chunk);
-    let rotate = !cx.topo.oversubscribed();
+    let window = most.min(rounds.slot_len());
     for i in 0..most.div_ceil(window.max(1)).max(1) {
         let win = |k: usize| window_of(&blocks[k], i, window);
-        t.direct_gen += 1;
-        let gen = t.direct_gen;
-        let via = Via::for_len(most, placement(gen, window, seg.layout.chunk, rotate));
+        let via = Via::for_len(most, placement(rounds.next_gen(), window, rounds.slot_len(), rotate));
         let mine = win(me);
         let fill =
             |dst: &mut [u8], r: Range<usize>| dst.copy_from_slice(&buf[mine.start + r.start..mine.start + r.end]);
-        // SAFETY: gen is the next round; every round before it ended in an `await_round` that
-        // returned Ok (an error ends the call, and `start` refuses the next one), with its
-        // reads done. placement keeps place + window, at least this part, in the slot.
-        unsafe { publish(&seg, me, gen, via, mine.len(), digest, fill) };
-        await_round(t, s, &seg, gen, via, |k| win(k).len(), digest)?;
+        let round = rounds.round(via, mine.len(), |k| win(k).len(), fill, deadline)?;
         for k in (0..n).filter(|&k| k != me) {
             let w = win(k);
-            // SAFETY: round gen was awaited with rank k's length w.len(); nothing is published
-            // until the copy is done.
-            unsafe { copy_part(&seg, k, gen, via, 0..w.len(), &mut buf[w]) };
+            round.copy_part(k, 0..w.len(), &mut buf[w]);
         }
-        t.give_way();
+        rounds.give_way();
     }
     Ok(())
 }
@@ -107,22 +99,19 @@ fn transposed(
     esize: usize,
     mut take: impl FnMut(&mut [u8], Range<usize>, &[&[u8]]),
 ) -> Result<(), LinkError> {
-    let (t, s, scratch) = (&mut *cx.t, &cx.s, &mut *cx.staging);
-    let (seg, digest) = start(t)?;
-    let (n, me) = (blocks.len(), t.waiter.me_local);
-    debug_assert_eq!((me, n), (s.rank, seg.layout.ranks));
+    let (deadline, rotate, scratch) = (cx.s.deadline, !cx.topo.oversubscribed(), &mut *cx.staging);
+    let mut rounds = cx.t.rounds()?;
+    let (n, me) = (blocks.len(), rounds.local_rank());
+    debug_assert_eq!((me, n), (cx.s.rank, rounds.ranks()));
     let most = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
     // At least one element: the slot holds 64 bytes a rank or more (`Layout::new`).
-    let window = most.min(seg.layout.chunk / n / esize * esize);
-    let rotate = !cx.topo.oversubscribed();
+    let window = most.min(rounds.slot_len() / n / esize * esize);
     for i in 0..most.div_ceil(window.max(1)).max(1) {
         let win = |b: usize| window_of(&blocks[b], i, window);
         // Block b's window sits at b x window in every rank's part.
         let at = |b: usize| b * window..b * window + win(b).len();
         let len = at(n - 1).end;
-        t.direct_gen += 1;
-        let gen = t.direct_gen;
-        let via = Via::for_len(n * most, placement(gen, n * window, seg.layout.chunk, rotate));
+        let via = Via::for_len(n * most, placement(rounds.next_gen(), n * window, rounds.slot_len(), rotate));
         let src: &[u8] = input.unwrap_or(data);
         // Its own block's window no peer reads: left unwritten.
         let fill = |dst: &mut [u8], r: Range<usize>| {
@@ -134,17 +123,12 @@ fn transposed(
                 }
             }
         };
-        // SAFETY: as in `all_gather`: the next round, after rounds that all ended awaited and
-        // read; placement keeps place + n x window, at least len, in the slot.
-        unsafe { publish(&seg, me, gen, via, len, digest, fill) };
-        await_round(t, s, &seg, gen, via, |_| len, digest)?;
+        let round = rounds.round(via, len, |_| len, fill, deadline)?;
         // This rank's own part has the length but not the bytes (its block was not written),
         // which `take` does not read.
-        // SAFETY: round gen was awaited with every rank's length len, which `at(me)` is within;
-        // the slices go with this iteration, before the next publish.
-        let got = unsafe { parts(&seg, me, gen, via, at(me), scratch) };
+        let got = round.parts(at(me), scratch);
         take(data, win(me), &got);
-        t.give_way();
+        rounds.give_way();
     }
     Ok(())
 }
