@@ -14,7 +14,7 @@
 
 use std::ops::Range;
 
-use super::{even_blocks, Circle, Ctx};
+use super::{carve, even_blocks, Circle, Ctx};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Xfer};
 
@@ -100,23 +100,6 @@ pub(crate) fn all_reduce(cx: &mut Ctx<'_>, buf: &mut [u8], dtype: DataType, op: 
     Ok(())
 }
 
-/// Mutable views of `ranges` of `buf`, in the order given; the ranges must not overlap.
-fn carve<'a>(buf: &'a mut [u8], ranges: &[Range<usize>]) -> Vec<&'a mut [u8]> {
-    let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
-    let mut out: Vec<Option<&'a mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
-    let (mut rest, mut base) = (buf, 0);
-    for i in order {
-        let r = &ranges[i];
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - base);
-        let (piece, tail) = tail.split_at_mut(r.len());
-        out[i] = Some(piece);
-        rest = tail;
-        base = r.end;
-    }
-    out.into_iter().map(|p| p.expect("every range carved")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,12 +158,5 @@ mod tests {
                 simulate(nodes, len);
             }
         }
-    }
-
-    #[test]
-    fn carve_gives_the_ranges_asked_for() {
-        let mut buf: Vec<u8> = (0..10).collect();
-        let p = carve(&mut buf, &[6..8, 0..2, 3..3, 9..10]);
-        assert_eq!(p.iter().map(|x| x.to_vec()).collect::<Vec<_>>(), vec![vec![6, 7], vec![0, 1], vec![], vec![9]]);
     }
 }

@@ -13,7 +13,7 @@
 
 use std::ops::Range;
 
-use super::{even_blocks, pairwise, ring, Circle, Step};
+use super::{carve, even_blocks, pairwise, ring, Circle, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::{LinkError, Sink, Transport, Xfer};
@@ -63,13 +63,9 @@ pub(crate) fn reduce(
     all[root * len..(root + 1) * len].copy_from_slice(buf);
     {
         let mut xfers: Vec<Xfer<'_>> = Vec::with_capacity(s.size);
-        let mut rest: &mut [u8] = &mut all;
-        for k in 0..s.size {
-            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
-            rest = tail;
-            if k != root {
-                xfers.push(Xfer::Recv { peer: k, tag: s.tag, sink: Sink::Copy(piece) });
-            }
+        let each: Vec<Range<usize>> = (0..s.size).map(|k| k * len..(k + 1) * len).collect();
+        for (k, piece) in carve(&mut all, &each).into_iter().enumerate().filter(|&(k, _)| k != root) {
+            xfers.push(Xfer::Recv { peer: k, tag: s.tag, sink: Sink::Copy(piece) });
         }
         t.exchange(&mut xfers, s.deadline)?;
     }

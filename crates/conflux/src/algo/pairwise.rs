@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::Step;
+use super::{carve, Step};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
 /// Sends `send[send_blocks[p]]` to every peer p and receives `recv[recv_blocks[p]]` from it.
@@ -22,22 +22,7 @@ pub(crate) fn all_to_all(
         let p = (s.rank + d) % s.size;
         xfers.push(Xfer::Send { peer: p, tag: s.tag, data: &send[send_blocks[p].clone()] });
     }
-    let mut rest = recv;
-    let mut pieces: Vec<(usize, &mut [u8])> = Vec::with_capacity(s.size);
-    let mut consumed = 0;
-    let mut order: Vec<usize> = (0..s.size).collect();
-    order.sort_by_key(|&p| recv_blocks[p].start);
-    for p in order {
-        let r = &recv_blocks[p];
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - consumed);
-        let (mine, tail) = tail.split_at_mut(r.len());
-        consumed = r.end;
-        rest = tail;
-        if p != s.rank {
-            pieces.push((p, mine));
-        }
-    }
-    for (p, piece) in pieces {
+    for (p, piece) in carve(recv, recv_blocks).into_iter().enumerate().filter(|&(p, _)| p != s.rank) {
         xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
     }
     t.exchange(&mut xfers, s.deadline)

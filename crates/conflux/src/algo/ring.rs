@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::{split2, Circle, Step};
+use super::{carve, split2, Circle, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
@@ -97,16 +97,8 @@ pub(crate) fn reduce(
         return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data }], s.deadline);
     }
     let mut xfers = Vec::with_capacity(s.size);
-    let mut rest: &mut [u8] = buf;
-    let mut base = 0;
-    for (p, b) in blocks.iter().enumerate() {
-        let (piece, tail) = std::mem::take(&mut rest).split_at_mut(b.end - base);
-        let piece = &mut piece[b.start - base..];
-        base = b.end;
-        rest = tail;
-        if p != root {
-            xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
-        }
+    for (p, piece) in carve(buf, blocks).into_iter().enumerate().filter(|&(p, _)| p != root) {
+        xfers.push(Xfer::Recv { peer: p, tag: s.tag, sink: Sink::Copy(piece) });
     }
     t.exchange(&mut xfers, s.deadline)
 }

@@ -9,7 +9,9 @@
 //!
 //! The trees are pure data (`binary`, `double`), tested without sockets below.
 
-use super::{split2, Step};
+use std::ops::Range;
+
+use super::{carve, split2, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::{LinkError, Sink, Transport, Xfer};
@@ -185,15 +187,13 @@ pub(crate) fn all_reduce(
                 // The first child reduces in place; the second lands in scratch, reduced after.
                 let len = into.len();
                 scratch.resize(len * (tr.children.len() - 1), 0);
-                let mut rest = scratch.as_mut_slice();
                 xfers.push(Xfer::Recv {
                     peer: tr.children[0],
                     tag: s.tag,
                     sink: Sink::Reduce { buf: into, dtype, op },
                 });
-                for &c in &tr.children[1..] {
-                    let (mine, tail) = std::mem::take(&mut rest).split_at_mut(len);
-                    rest = tail;
+                let each: Vec<Range<usize>> = (0..tr.children.len() - 1).map(|k| k * len..(k + 1) * len).collect();
+                for (&c, mine) in tr.children[1..].iter().zip(carve(scratch, &each)) {
                     xfers.push(Xfer::Recv { peer: c, tag: s.tag, sink: Sink::Copy(mine) });
                 }
             }

@@ -4,7 +4,7 @@
 use super::{topo_of, with_ranks};
 use crate::algo::coll::Coll;
 use crate::algo::select::{self, Call};
-use crate::algo::table::{Row, TABLE};
+use crate::algo::table::{Needs, Row, TABLE};
 use crate::algo::{even_blocks, OpKind};
 use crate::comm::lane::LaneState;
 use crate::comm::ops::{self, Plan};
@@ -203,4 +203,28 @@ fn a_wrong_contribution_is_caught() {
         dec(DataType::F32, &buf) == (0..5).map(|i| folded(3, i, 0, ReduceOp::Sum)).collect::<Vec<_>>()
     });
     assert_eq!(results, vec![false; 3]);
+}
+
+/// Deterministic mode (`CONFLUX_DETERMINISTIC=1`): floating-point reductions take the ordered
+/// schedule (`algo/ordered.rs`) whatever is forced; they must still be right.
+#[test]
+fn ordered_reductions_match_the_reference() {
+    let reductions = [OpKind::AllReduce, OpKind::Reduce, OpKind::ReduceScatter];
+    for n in [1, 2, 3, 5, 8] {
+        let topo = topo_of(n);
+        let failures = with_ranks(n, &topo, None, |st, plan| {
+            let plan = Plan { deterministic: true, ..*plan };
+            let mut failures = Vec::new();
+            let rows = TABLE.iter().filter(|r| reductions.contains(&r.op()) && r.needs == Needs::Any);
+            for (salt, (row, count)) in rows.flat_map(|r| COUNTS.map(|c| (r, c))).enumerate() {
+                match check(st, &plan, row, count, (DataType::F32, ReduceOp::Sum), salt) {
+                    Ok(None) => {}
+                    r => failures.push(format!("ordered {} of {count} at {n} ranks: {r:?}", row.op())),
+                }
+            }
+            failures
+        });
+        let failures: Vec<String> = failures.into_iter().flatten().collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
 }
