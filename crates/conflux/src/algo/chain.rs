@@ -22,7 +22,7 @@ pub(crate) fn broadcast(
 ) -> Result<(), LinkError> {
     let n = s.size;
     let pos = (s.rank + n - root) % n;
-    pipeline(t, s, buf, pos, s.left(), s.right(), esize, |into| Sink::Copy(into))
+    pipeline(t, s, buf, pos, (s.left(), s.right()), esize, |into| Sink::Copy(into))
 }
 
 /// Non-root ranks' `buf` ends as scratch (the caller passes a copy).
@@ -37,19 +37,17 @@ pub(crate) fn reduce(
     let n = s.size;
     // Position along the chain, counted from its far end (root - 1) at 0 to the root at n - 1.
     let pos = (root + n - 1 - s.rank) % n;
-    pipeline(t, s, buf, pos, s.right(), s.left(), dtype.size(), |into| Sink::Reduce { buf: into, dtype, op })
+    pipeline(t, s, buf, pos, (s.right(), s.left()), dtype.size(), |into| Sink::Reduce { buf: into, dtype, op })
 }
 
 /// The chain's steps at position `pos` (0 starts, n - 1 ends), receiving from `from` and
 /// sending to `to`: at step k it takes chunk k - pos + 1 and passes on chunk k - pos.
-#[allow(clippy::too_many_arguments)]
 fn pipeline(
     t: &mut Transport,
     s: &Step,
     buf: &mut [u8],
     pos: usize,
-    from: usize,
-    to: usize,
+    (from, to): (usize, usize),
     esize: usize,
     sink: impl for<'a> Fn(&'a mut [u8]) -> Sink<'a>,
 ) -> Result<(), LinkError> {

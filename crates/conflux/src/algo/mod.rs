@@ -71,6 +71,9 @@ pub(crate) struct Ctx<'a> {
     pub staging: &'a mut Vec<u8>,
 }
 
+/// The element type and reduce op of a reduction.
+pub(crate) type Red = (crate::dtype::DataType, crate::dtype::ReduceOp);
+
 /// What every algorithm of one call needs to know besides its buffers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Step {

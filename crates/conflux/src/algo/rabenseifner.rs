@@ -18,7 +18,7 @@ pub(crate) fn all_reduce(
 ) -> Result<(), LinkError> {
     folded_all_reduce(t, s, buf, dtype, op, |t, buf, v, f| {
         let vb = even_blocks(buf.len() / dtype.size(), f.p, dtype.size());
-        halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)?;
+        halving(t, s, buf, &vb, v, |v| f.rank_of(v), (dtype, op))?;
         doubling(t, s, buf, &vb, v, |v| f.rank_of(v))
     })
 }

@@ -12,7 +12,7 @@
 use std::ops::Range;
 
 use super::fold::{Fold, Role};
-use super::{split2, Ctx, Step};
+use super::{split2, Ctx, Red, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
@@ -22,7 +22,6 @@ fn span(vb: &[Range<usize>], group: Range<usize>) -> Range<usize> {
 
 /// Recursive halving among `vb.len()` (a power of two) virtual ranks: afterwards virtual rank
 /// `v` holds range `vb[v]` fully reduced. `rank_of` maps virtual ranks to transport ranks.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn halving(
     t: &mut Transport,
     s: &Step,
@@ -30,8 +29,7 @@ pub(crate) fn halving(
     vb: &[Range<usize>],
     v: usize,
     rank_of: impl Fn(usize) -> usize,
-    dtype: DataType,
-    op: ReduceOp,
+    (dtype, op): Red,
 ) -> Result<(), LinkError> {
     let (mut lo, mut hi) = (0, vb.len());
     let mut mask = vb.len() / 2;
@@ -169,7 +167,7 @@ pub(crate) fn reduce_scatter(
         Some((dtype, op)),
         |t, buf, v, f| {
             let vb: Vec<Range<usize>> = (0..f.p).map(|v| f.merged(blocks, v)).collect();
-            halving(t, s, buf, &vb, v, |v| f.rank_of(v), dtype, op)
+            halving(t, s, buf, &vb, v, |v| f.rank_of(v), (dtype, op))
         },
     )
 }

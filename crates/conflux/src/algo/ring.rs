@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::{carve, split2, Circle, Step};
+use super::{carve, split2, Circle, Red, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
@@ -14,7 +14,6 @@ fn block(blocks: &[Range<usize>], k: isize) -> &Range<usize> {
 
 /// Reduces `buf` (partitioned into `blocks`, one per ring position) so that afterwards this
 /// rank holds the fully reduced block `pos + 1 + shift`. Other blocks hold partial results.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce_scatter(
     t: &mut Transport,
     s: &Step,
@@ -22,8 +21,7 @@ pub(crate) fn reduce_scatter(
     buf: &mut [u8],
     blocks: &[Range<usize>],
     shift: isize,
-    dtype: DataType,
-    op: ReduceOp,
+    (dtype, op): Red,
 ) -> Result<(), LinkError> {
     pass(t, s, c, buf, blocks, shift, |into| Sink::Reduce { buf: into, dtype, op })
 }
@@ -75,23 +73,21 @@ pub(crate) fn all_reduce(
     dtype: DataType,
     op: ReduceOp,
 ) -> Result<(), LinkError> {
-    reduce_scatter(t, s, c, buf, blocks, 0, dtype, op)?;
+    reduce_scatter(t, s, c, buf, blocks, 0, (dtype, op))?;
     all_gather(t, s, c, buf, blocks, 1)
 }
 
 /// reduce to `root`: ring reduce-scatter (rank r ends with block r), then every rank sends its
 /// block to the root. Non-root ranks' `buf` ends as scratch (the caller passes a copy).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce(
     t: &mut Transport,
     s: &Step,
     buf: &mut [u8],
     blocks: &[Range<usize>],
     root: usize,
-    dtype: DataType,
-    op: ReduceOp,
+    red: Red,
 ) -> Result<(), LinkError> {
-    reduce_scatter(t, s, &Circle::whole(s), buf, blocks, -1, dtype, op)?;
+    reduce_scatter(t, s, &Circle::whole(s), buf, blocks, -1, red)?;
     if s.rank != root {
         let data = &buf[blocks[s.rank].clone()];
         return t.exchange(&mut [Xfer::Send { peer: root, tag: s.tag, data }], s.deadline);

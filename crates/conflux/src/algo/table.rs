@@ -11,13 +11,11 @@ use std::ops::Range;
 use super::coll::Coll;
 use super::forms::{finish_avg, on_reduce_buffer, on_scatter_buffer, ring_pieces};
 use super::{bruck, chain, direct, even_blocks, hier, ordered, pairwise, rabenseifner, rd, ring, sag, tree};
-use super::{Algo, Circle, Ctx, OpKind};
-use crate::dtype::{DataType, ReduceOp};
+use super::{Algo, Circle, Ctx, OpKind, Red};
+use crate::dtype::DataType;
 use crate::transport::LinkError;
 
 type R = Result<(), LinkError>;
-/// The element type and reduce op of a reduction.
-type Red = (DataType, ReduceOp);
 
 // Entry points' types, by kind (see `Run`).
 type AllReduceFn = fn(&mut Ctx<'_>, &mut [&mut [u8]], Red) -> R;
@@ -149,11 +147,11 @@ fn single<'a>(out: &'a mut [&mut [u8]]) -> &'a mut [u8] {
 
 fn ring_reduce(cx: &mut Ctx<'_>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
     let blocks = even_blocks(buf.len() / dtype.size(), cx.s.size, dtype.size());
-    ring::reduce(cx.t, &cx.s, buf, &blocks, root, dtype, op)
+    ring::reduce(cx.t, &cx.s, buf, &blocks, root, (dtype, op))
 }
 
 fn ring_reduce_scatter(cx: &mut Ctx<'_>, buf: &mut [u8], blocks: &[Range<usize>], (dtype, op): Red) -> R {
-    ring::reduce_scatter(cx.t, &cx.s, &Circle::whole(&cx.s), buf, blocks, -1, dtype, op)
+    ring::reduce_scatter(cx.t, &cx.s, &Circle::whole(&cx.s), buf, blocks, -1, (dtype, op))
 }
 
 /// Copies this rank's own block of an all_to_all, which schedules that exchange only with
