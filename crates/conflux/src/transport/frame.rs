@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::LinkError;
+use super::{Advance, LinkError};
 use crate::call::{Calls, Fingerprint};
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
@@ -125,7 +125,7 @@ pub(crate) struct RxState {
 
 impl RxState {
     /// Advances the receive of a message tagged `tag` into `sink`; a collective's message must
-    /// carry this rank's fingerprint of the call (`calls.now`). Returns (progressed, finished).
+    /// carry this rank's fingerprint of the call (`calls.now`). Returns what it did (`Advance`).
     pub fn step<S: ByteSource>(
         &mut self,
         src: &mut S,
@@ -133,7 +133,7 @@ impl RxState {
         (tag, calls): (u64, &Calls),
         sink: &mut Sink<'_>,
         budget: usize,
-    ) -> Result<(bool, bool), LinkError> {
+    ) -> Result<Advance, LinkError> {
         let mut progressed = false;
         let mut moved = 0usize;
         loop {
@@ -146,14 +146,14 @@ impl RxState {
                     check_len(peer, tag, data.len() as u64, sink.len())?;
                     // Whole payload of whole elements (its length equals the sink's), so all of it is taken.
                     sink.take(0, &data);
-                    return Ok((true, true));
+                    return Ok(Advance { moved: true, done: true });
                 }
             }
             match &mut self.progress {
                 RxProgress::BetweenMessages => {
                     let avail = src.available()?;
                     if avail.len() < S::HEADER_SPAN {
-                        return Ok((progressed, false));
+                        return Ok(Advance { moved: progressed, done: false });
                     }
                     let (got_tag, len, theirs, crc) = decode_header(avail);
                     src.consume(S::HEADER_SPAN);
@@ -190,29 +190,29 @@ impl RxState {
                 RxProgress::Matched { tag: t, done, len, crc } => {
                     if *t != tag {
                         // Another receive from this peer is mid-message; it goes first.
-                        return Ok((progressed, false));
+                        return Ok(Advance { moved: progressed, done: false });
                     }
                     if *done == *len {
                         if !check_crc(src, peer, tag, *crc)? {
-                            return Ok((progressed, false));
+                            return Ok(Advance { moved: progressed, done: false });
                         }
                         src.consume(S::pad(*len));
                         self.progress = RxProgress::BetweenMessages;
-                        return Ok((true, true));
+                        return Ok(Advance { moved: true, done: true });
                     }
                     if moved >= budget {
-                        return Ok((progressed, false));
+                        return Ok(Advance { moved: progressed, done: false });
                     }
                     let avail = src.available()?;
                     // A reducing sink takes whole elements only: a budget under the largest
                     // element (8 bytes) would never let it take one.
                     let n = avail.len().min(*len - *done).min(budget.max(8));
                     if n == 0 {
-                        return Ok((progressed, false));
+                        return Ok(Advance { moved: progressed, done: false });
                     }
                     let took = sink.take(*done, &avail[..n]);
                     if took == 0 {
-                        return Ok((progressed, false));
+                        return Ok(Advance { moved: progressed, done: false });
                     }
                     if let Some(c) = crc {
                         *c = crc32c::crc32c_append(*c, &avail[..took]);
@@ -223,8 +223,8 @@ impl RxState {
                     progressed = true;
                 }
                 RxProgress::Stashing { .. } => match self.stash_more(src, peer)? {
-                    (moved, true) => progressed |= moved,
-                    (moved, false) => return Ok((progressed | moved, false)),
+                    Advance { moved, done: true } => progressed |= moved,
+                    Advance { moved, done: false } => return Ok(Advance { moved: progressed | moved, done: false }),
                 },
             }
         }
@@ -251,29 +251,31 @@ impl RxState {
     }
 
     /// Reads more of the message being set aside; (progressed, finished it).
-    fn stash_more<S: ByteSource>(&mut self, src: &mut S, peer: usize) -> Result<(bool, bool), LinkError> {
-        let RxProgress::Stashing { tag, call, data, len, crc } = &mut self.progress else { return Ok((false, true)) };
+    fn stash_more<S: ByteSource>(&mut self, src: &mut S, peer: usize) -> Result<Advance, LinkError> {
+        let RxProgress::Stashing { tag, call, data, len, crc } = &mut self.progress else {
+            return Ok(Advance { moved: false, done: true });
+        };
         if data.len() == *len {
             if !check_crc(src, peer, *tag, crc.then(|| crc32c::crc32c(data)))? {
-                return Ok((false, false));
+                return Ok(Advance { moved: false, done: false });
             }
             src.consume(S::pad(*len));
             let (tag, call, data) = (*tag, *call, std::mem::take(data));
             self.stash.entry(tag).or_default().push_back((call, data));
             self.progress = RxProgress::BetweenMessages;
-            return Ok((true, true));
+            return Ok(Advance { moved: true, done: true });
         }
         let avail = src.available()?;
         let n = avail.len().min(*len - data.len());
         if n == 0 {
-            return Ok((false, false));
+            return Ok(Advance { moved: false, done: false });
         }
         if data.capacity() - data.len() < n {
             reserve(data, peer, n.max(data.len()).min(*len - data.len()))?;
         }
         data.extend_from_slice(&avail[..n]);
         src.consume(n);
-        Ok((true, false))
+        Ok(Advance { moved: true, done: false })
     }
 
     /// Whether a receive of `tag` from this link would match a message now (a receive from
@@ -288,7 +290,7 @@ impl RxState {
             match &self.progress {
                 RxProgress::Matched { .. } => return Ok(false),
                 RxProgress::Stashing { .. } => {
-                    if !self.stash_more(src, peer)?.1 {
+                    if !self.stash_more(src, peer)?.done {
                         return Ok(false);
                     }
                 }
@@ -424,18 +426,21 @@ pub(super) mod tests {
         assert!(found, "the tag-9 message behind a tag-5 one was never found");
         // Probing did not consume the match; the tag-5 message waits in the stash.
         let mut nine = [0u8; 8];
-        while !rx.step(&mut src, 1, (9, &Calls::default()), &mut Sink::Copy(&mut nine), 1 << 20).unwrap().1 {}
+        while !rx.step(&mut src, 1, (9, &Calls::default()), &mut Sink::Copy(&mut nine), 1 << 20).unwrap().done {}
         assert_eq!(nine, [2; 8]);
         let mut five = [0u8; 40];
-        assert!(rx.step(&mut src, 1, (5, &Calls::default()), &mut Sink::Copy(&mut five), 1 << 20).unwrap().1);
+        assert!(rx.step(&mut src, 1, (5, &Calls::default()), &mut Sink::Copy(&mut five), 1 << 20).unwrap().done);
         assert_eq!(five, [1; 40]);
         // A collective's message is not set aside for a receive of another tag.
         for _ in 0..10 {
             assert!(!rx.probe(&mut src, 1, 9).unwrap());
         }
         let mut coll = [0u8; 4];
-        while !rx.step(&mut src, 1, (COLL_BIT | 3, &Calls::default()), &mut Sink::Copy(&mut coll), 1 << 20).unwrap().1 {
-        }
+        while !rx
+            .step(&mut src, 1, (COLL_BIT | 3, &Calls::default()), &mut Sink::Copy(&mut coll), 1 << 20)
+            .unwrap()
+            .done
+        {}
         assert_eq!(coll, [3; 4]);
     }
 
@@ -453,12 +458,12 @@ pub(super) mod tests {
             let mut src = Trickle { bytes, at: 0, visible: 0, step: 5 };
             let mut rx = RxState::default();
             let mut seven = [0u8; 8];
-            while !rx.step(&mut src, 1, (7, &Calls::default()), &mut Sink::Copy(&mut seven), 1 << 20).unwrap().1 {}
+            while !rx.step(&mut src, 1, (7, &Calls::default()), &mut Sink::Copy(&mut seven), 1 << 20).unwrap().done {}
             assert_eq!(seven, [7; 8]);
             let calls = Calls { now: (2, mine), before: (1, mine), finished: 1 };
             let mut coll = [0u8; 16];
             match rx.step(&mut src, 1, (COLL_BIT | 2, &calls), &mut Sink::Copy(&mut coll), 1 << 20) {
-                Ok((_, true)) if alike => assert_eq!(coll, [6; 16]),
+                Ok(Advance { done: true, .. }) if alike => assert_eq!(coll, [6; 16]),
                 Err(LinkError::Mismatch { peer: 1, detail }) if !alike => {
                     assert!(detail.contains("collective call #2"), "{detail}")
                 }
@@ -481,15 +486,15 @@ pub(super) mod tests {
             let mut rx = RxState::default();
             let calls = Calls { now: (2, fp), before: (1, fp), finished };
             let mut seven = [0u8; 8];
-            let mut got = Ok((false, false));
+            let mut got = Ok(Advance::default());
             for _ in 0..10 {
                 got = rx.step(&mut src, 1, (7, &calls), &mut Sink::Copy(&mut seven), 1 << 20);
-                if !matches!(got, Ok((_, false))) {
+                if !matches!(got, Ok(Advance { done: false, .. })) {
                     break;
                 }
             }
             match (finished, got) {
-                (1, Ok((_, true))) => assert_eq!(seven, [7; 8]),
+                (1, Ok(Advance { done: true, .. })) => assert_eq!(seven, [7; 8]),
                 (2, Err(LinkError::Mismatch { peer: 1, detail })) => assert!(detail.contains("finished"), "{detail}"),
                 (f, other) => panic!("finished {f}: {:?}", other.map_err(|e| e.to_string())),
             }
@@ -532,12 +537,12 @@ pub(super) mod tests {
             for _ in 0..100 {
                 if !eleven_done {
                     let r = rx.step(&mut src, 1, (11, &Calls::default()), &mut Sink::Copy(&mut eleven), 1 << 20);
-                    eleven_done = r.unwrap_or_else(|e| panic!("step {step}: tag 11: {e}")).1;
+                    eleven_done = r.unwrap_or_else(|e| panic!("step {step}: tag 11: {e}")).done;
                 }
                 if !coll_done {
                     let calls = Calls::default();
                     let r = rx.step(&mut src, 1, (COLL_BIT | 3, &calls), &mut Sink::Copy(&mut coll), 1 << 20);
-                    coll_done = r.unwrap_or_else(|e| panic!("step {step}: collective: {e}")).1;
+                    coll_done = r.unwrap_or_else(|e| panic!("step {step}: collective: {e}")).done;
                 }
                 if coll_done && eleven_done {
                     break;
@@ -594,7 +599,7 @@ mod fuzz {
                     let mut got = vec![0u8; payload.len()];
                     let r = loop {
                         match rx.step(&mut src, 1, (tag, &calls), &mut Sink::Copy(&mut got), 64) {
-                            Ok((_, true)) => break Ok(()),
+                            Ok(Advance { done: true, .. }) => break Ok(()),
                             Ok(_) => {}
                             Err(e) => break Err(e),
                         }

@@ -31,7 +31,7 @@ pub(crate) use posted::{Posted, PostedBuf};
 use ring::{SendProgress, ShmRx, ShmTx};
 pub(crate) use shm::{Layout, Segment};
 pub(crate) use tcp::TcpLink;
-use wait::{Idle, SocketInterest, Waiter};
+use wait::{Idle, Interests, SocketInterest, Waiter};
 /// Why a transfer on a link failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinkError {
@@ -87,6 +87,13 @@ impl LinkError {
             e @ (LinkError::Remote { .. } | LinkError::Aborted | LinkError::StoreLost) => e,
         }
     }
+}
+
+/// What one progress call did to one transfer: moved bytes, and finished it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Advance {
+    pub moved: bool,
+    pub done: bool,
 }
 
 /// One transfer of a step.
@@ -344,7 +351,7 @@ impl Transport {
                     continue;
                 }
                 let link = self.links[p].as_mut().expect("checked above");
-                let (prog, done) = step(link, p, &mut xfers[i], &mut st[i].send, &self.waiter.calls)?;
+                let Advance { moved: prog, done } = step(link, p, &mut xfers[i], &mut st[i].send, &self.waiter.calls)?;
                 progressed |= prog;
                 if done {
                     st[i].done = true;
@@ -384,7 +391,11 @@ impl Transport {
                 idle.progressed(&self.waiter);
                 break Ok(());
             }
-            if let Err(e) = idle.wait(&mut self.waiter, deadline, || (true, Vec::new(), laggards())) {
+            if let Err(e) = idle.wait(&mut self.waiter, deadline, || Interests {
+                shm: true,
+                sockets: Vec::new(),
+                awaited: laggards(),
+            }) {
                 break Err(e);
             }
         };
@@ -394,23 +405,20 @@ impl Transport {
 
 /// What a waiter watches for these (peer, is_send, awaited) transfers: whether any goes over
 /// shared memory, the sockets of those over TCP, and the peers awaited.
-fn interests<'a>(
-    links: &'a [Option<Link>],
-    open: impl Iterator<Item = (usize, bool, bool)>,
-) -> (bool, Vec<SocketInterest<'a>>, Vec<usize>) {
-    let mut shm_pending = false;
+fn interests<'a>(links: &'a [Option<Link>], open: impl Iterator<Item = (usize, bool, bool)>) -> Interests<'a> {
+    let mut shm = false;
     let mut sockets = Vec::new();
     let mut peers = Vec::new();
     for (peer, send, awaited) in open {
         match &links[peer].as_ref().expect("checked before waiting").wire {
-            Wire::Shm { .. } => shm_pending = true,
+            Wire::Shm { .. } => shm = true,
             Wire::Tcp(t) => sockets.push(SocketInterest { fd: t.fd(), read: !send, write: send, peer }),
         }
         if awaited && !peers.contains(&peer) {
             peers.push(peer);
         }
     }
-    (shm_pending, sockets, peers)
+    Interests { shm, sockets, awaited: peers }
 }
 
 /// Whether `peer` has a message for a receive from any source. A candidate that closed its
@@ -434,7 +442,7 @@ fn step(
     x: &mut Xfer<'_>,
     send: &mut SendProgress,
     calls: &Calls,
-) -> Result<(bool, bool), LinkError> {
+) -> Result<Advance, LinkError> {
     let with_call = |tag: u64| (tag, if tag & COLL_BIT != 0 { calls.now.1 } else { Fingerprint::NONE });
     match (x, &mut link.wire) {
         (Xfer::Send { tag, data, .. }, Wire::Shm { tx, .. }) => Ok(tx.send(with_call(*tag), data, send, BUDGET)),

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use super::frame::Sink;
 use super::ring::SendProgress;
-use super::{LinkError, Xfer};
+use super::{Advance, LinkError, Xfer};
 
 /// The buffer a posted transfer owns until it is over, and what to do then.
 pub(crate) trait PostedBuf: Send {
@@ -129,11 +129,11 @@ impl PostedQueue {
     }
 
     /// One pass over every posted transfer; `step` moves one transfer on its link and tells
-    /// (progressed, finished). Finished transfers are completed and removed.
+    /// what it did. Finished transfers are completed and removed.
     /// `probe(peer, tag)` tells whether a receive of `tag` from `peer` would match now.
     pub fn progress(
         &mut self,
-        mut step: impl FnMut(usize, &mut Xfer<'_>, &mut SendProgress) -> Result<(bool, bool), LinkError>,
+        mut step: impl FnMut(usize, &mut Xfer<'_>, &mut SendProgress) -> Result<Advance, LinkError>,
         mut probe: impl FnMut(usize, u64) -> Result<bool, LinkError>,
     ) -> Result<bool, LinkError> {
         let now = Instant::now();
@@ -155,7 +155,7 @@ impl PostedQueue {
             }
             let p = &mut self.items[i];
             let tag = p.tag;
-            let (prog, done) = if send {
+            let Advance { moved: prog, done } = if send {
                 let mut x = Xfer::Send { peer, tag, data: p.buf.bytes() };
                 step(peer, &mut x, &mut p.progress)?
             } else {

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use super::frame::{encode_header, ByteSource, HEADER};
 use super::shm::Segment;
 use super::wait::ring_doorbell;
+use super::Advance;
 use crate::call::Fingerprint;
 
 const RECORD: usize = 64;
@@ -85,21 +86,20 @@ impl ShmTx {
         ring_doorbell(&self.seg, self.to);
     }
 
-    /// Writes as much of the message as fits, up to about `budget` payload bytes. Returns
-    /// (progressed, finished).
+    /// Writes as much of the message as fits, up to about `budget` payload bytes.
     pub fn send(
         &mut self,
         (tag, call): (u64, Fingerprint),
         data: &[u8],
         st: &mut SendProgress,
         budget: usize,
-    ) -> (bool, bool) {
+    ) -> Advance {
         let cap = self.seg.layout.ring_cap as u64;
         let mut claimed = 0usize;
         let mut progressed = false;
         if !st.header_done {
             if self.free_after(0) < RECORD {
-                return (false, false);
+                return Advance::default();
             }
             let at = self.data_off + (self.tail % cap) as usize;
             // SAFETY: the RECORD bytes at our tail are free ring space (checked above), which
@@ -132,7 +132,7 @@ impl ShmTx {
         if claimed > 0 {
             self.publish(claimed);
         }
-        (progressed, st.header_done && st.done == data.len())
+        Advance { moved: progressed, done: st.header_done && st.done == data.len() }
     }
 }
 
@@ -218,7 +218,7 @@ mod tests {
             let mut rounds = 0;
             while !(sent && received) {
                 if !sent {
-                    sent = tx.send((m as u64, Fingerprint::NONE), &data, &mut st, budget).1;
+                    sent = tx.send((m as u64, Fingerprint::NONE), &data, &mut st, budget).done;
                 }
                 let mut sink = if reduce {
                     Sink::Reduce { buf: &mut got, dtype: DataType::I32, op: ReduceOp::Sum }
@@ -226,8 +226,10 @@ mod tests {
                     Sink::Copy(&mut got)
                 };
                 if !received {
-                    received =
-                        rxs.step(&mut rx, 0, (m as u64, &Default::default()), &mut sink, budget.max(3) - 3).unwrap().1;
+                    received = rxs
+                        .step(&mut rx, 0, (m as u64, &Default::default()), &mut sink, budget.max(3) - 3)
+                        .unwrap()
+                        .done;
                 }
                 rounds += 1;
                 assert!(rounds < 100_000, "no progress");

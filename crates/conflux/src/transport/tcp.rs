@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::frame::{encode_header, ByteSource, CRC_BIT, HEADER};
 use super::ring::SendProgress;
-use super::LinkError;
+use super::{Advance, LinkError};
 use crate::call::Fingerprint;
 
 pub(crate) struct TcpLink {
@@ -56,13 +56,13 @@ impl TcpLink {
         }
     }
 
-    /// Writes as much of the message as the socket takes now. Returns (progressed, finished).
+    /// Writes as much of the message as the socket takes now.
     pub fn send(
         &mut self,
         (tag, call): (u64, Fingerprint),
         data: &[u8],
         st: &mut SendProgress,
-    ) -> Result<(bool, bool), LinkError> {
+    ) -> Result<Advance, LinkError> {
         let header = encode_header(if self.checksum { tag | CRC_BIT } else { tag }, data.len(), call);
         let mut progressed = false;
         loop {
@@ -71,7 +71,7 @@ impl TcpLink {
             let pay_at = if st.header_done { st.done } else { 0 };
             if hdr_left == 0 && pay_at == data.len() {
                 if !self.checksum {
-                    return Ok((progressed, true));
+                    return Ok(Advance { moved: progressed, done: true });
                 }
                 // Computed once the payload is out, in one pass: the kernel has copied it.
                 let crc = st.crc.get_or_insert_with(|| crc32c::crc32c(data)).to_le_bytes();
@@ -80,11 +80,13 @@ impl TcpLink {
                         progressed |= n > 0;
                         st.crc_done += n;
                         if st.crc_done == crc.len() {
-                            return Ok((progressed, true));
+                            return Ok(Advance { moved: progressed, done: true });
                         }
                         continue;
                     }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok((progressed, false)),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        return Ok(Advance { moved: progressed, done: false })
+                    }
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => return Err(self.io_err(e)),
                 }
@@ -106,7 +108,7 @@ impl TcpLink {
                     }
                     st.done += n;
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok((progressed, false)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Advance { moved: progressed, done: false }),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.io_err(e)),
             }

@@ -115,6 +115,16 @@ impl SelfWake {
     }
 }
 
+/// What a waiting loop is waiting on, for one sleep.
+pub(crate) struct Interests<'a> {
+    /// Some transfer goes over shared memory (a doorbell can end the sleep).
+    pub shm: bool,
+    /// Sockets of the transfers over TCP.
+    pub sockets: Vec<SocketInterest<'a>>,
+    /// The peers the caller still needs something from, for liveness checks and timeouts.
+    pub awaited: Vec<usize>,
+}
+
 /// A socket the waiter should watch, and for what.
 pub(crate) struct SocketInterest<'a> {
     pub fd: BorrowedFd<'a>,
@@ -519,12 +529,12 @@ impl Idle {
     }
 
     /// One fruitless pass: spin, arm, or sleep, then return so the caller tries again.
-    /// `what()` tells (shared memory pending, sockets to watch, peers awaited).
+    /// `what()` tells what the caller waits on.
     pub fn wait<'a>(
         &mut self,
         w: &mut Waiter,
         deadline: Instant,
-        what: impl FnOnce() -> (bool, Vec<SocketInterest<'a>>, Vec<usize>),
+        what: impl FnOnce() -> Interests<'a>,
     ) -> Result<(), LinkError> {
         let now = Instant::now();
         if self.since.is_none() {
@@ -534,13 +544,13 @@ impl Idle {
         if now >= deadline {
             w.disarm();
             self.armed = None;
-            let (_, _, peers) = what();
+            let peers = what().awaited;
             w.check(deadline, true, || peers.clone())?;
             return Err(LinkError::Timeout { peers, secs: now.duration_since(since).as_secs_f64() });
         }
         let spun = now.duration_since(since);
         if spun < w.spin {
-            w.check(deadline, false, || what().2)?;
+            w.check(deadline, false, || what().awaited)?;
             let due = spun.as_nanos() / YIELD_AFTER.as_nanos();
             let crowded = due > self.looks && w.peer_on_my_cpu();
             self.looks = self.looks.max(due);
@@ -550,8 +560,8 @@ impl Idle {
         match self.armed.take() {
             None => self.armed = Some(w.arm()),
             Some(bell) => {
-                let (shm_pending, sockets, peers) = what();
-                w.sleep(bell, shm_pending, &sockets, deadline)?;
+                let Interests { shm, sockets, awaited: peers } = what();
+                w.sleep(bell, shm, &sockets, deadline)?;
                 w.check(deadline, false, || peers)?;
             }
         }
