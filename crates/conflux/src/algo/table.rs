@@ -4,7 +4,9 @@
 //! planner asks the table what can serve a call (`select::serves`), the cost model prices
 //! what it allows, and `run` calls the row's entry point: there is no other list to keep in
 //! step, and no fallback to another schedule. Adding an algorithm is a module and its rows
-//! here (and its name in `call::Algo`, and its cost arm in `select::predict`).
+//! here, its name in `call::Algo`, and its cost arm in `select::predict`, the one cost model
+//! (its arms share some twenty derived terms, which is why they stay together); the test
+//! `every_row_of_the_table_is_priced_and_nothing_else_is` fails until all of them agree.
 
 use std::ops::Range;
 

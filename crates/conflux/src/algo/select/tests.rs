@@ -329,3 +329,44 @@ fn implements_call_follows_the_form_of_the_call() {
     assert!(!implements_call(Algo::Tree, &pieces));
     assert!(!implements_call(Algo::Direct, &call(OpKind::Broadcast, 64)));
 }
+
+/// The table and the cost model agree: every row has a cost wherever it serves (on one host,
+/// across nodes, oversubscribed; several sizes), and no (algorithm, operation) without a row
+/// is ever priced. A row added without its cost arm in `predict`, or an arm left behind by a
+/// removed row, fails here.
+#[test]
+fn every_row_of_the_table_is_priced_and_nothing_else_is() {
+    let topos = [
+        Topo::single(4, true),
+        Topo { load: 4.0, ..Topo::single(8, true) },
+        tcp_only(4, 2),
+        tcp_only(6, 3),
+        Topo::single(2, true),
+    ];
+    let m = Model::default();
+    for &algo in &Algo::ALL {
+        for op in OpKind::ALL {
+            let row = super::table::find(algo, op);
+            let mut priced = false;
+            for topo in &topos {
+                for bytes in [8, 4 << 10, 64 << 10, 1 << 20, 32 << 20] {
+                    let c = call(op, bytes);
+                    let p = predict(&m, algo, &c, topo);
+                    assert!(row.is_some() || p.is_none(), "{algo} {op} has no row but a cost");
+                    if let Some(t) = p {
+                        assert!(t.is_finite() && t > 0.0, "{algo} {op} at {bytes} B costs {t}");
+                    }
+                    priced |= p.is_some();
+                }
+            }
+            assert!(row.is_none() || priced, "{algo} {op} has a row but no cost anywhere");
+        }
+    }
+    for row in super::table::TABLE {
+        assert!(Algo::ALL.contains(&row.algo), "{} is not listed in Algo::ALL", row.algo);
+    }
+    for algo in Algo::ALL {
+        assert!(super::table::TABLE.iter().any(|r| r.algo == algo), "{algo} has no row");
+        assert_eq!(Algo::parse(algo.name()), Some(algo));
+    }
+}
