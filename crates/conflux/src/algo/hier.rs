@@ -14,40 +14,13 @@
 
 use std::ops::Range;
 
-use super::{carve, even_blocks, Circle, Ctx};
+use super::moves::{run_step, Move};
+use super::{even_blocks, ring, Circle, Ctx};
 use crate::dtype::{DataType, ReduceOp};
-use crate::transport::{LinkError, Sink, Xfer};
-
-/// One ring step of one rank: send `send` to `to` while taking `recv` from `from`, reduced
-/// into place or copied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Move {
-    pub to: usize,
-    pub send: Range<usize>,
-    pub from: usize,
-    pub recv: Range<usize>,
-    pub reduce: bool,
-}
+use crate::transport::LinkError;
 
 /// Segments from this size up; fewer, larger ones below.
 const SEGMENT: usize = 4 << 20;
-
-/// The ring's steps among `c` over `blocks`: reduce-scatter leaves position p holding block
-/// p + 1 + shift reduced; all-gather starts from position p holding block p + shift.
-fn ring_moves(c: &Circle<'_>, blocks: &[Range<usize>], shift: isize, reduce: bool) -> Vec<Move> {
-    let n = c.len as isize;
-    let block = |k: isize| blocks[k.rem_euclid(n) as usize].clone();
-    let r = c.pos as isize;
-    (0..n - 1)
-        .map(|k| Move {
-            to: c.right(),
-            send: block(r - k + shift),
-            from: c.left(),
-            recv: block(r - k - 1 + shift),
-            reduce,
-        })
-        .collect()
-}
 
 /// Every segment's moves for `rank`, in the order they run, for a message of `len` bytes of
 /// `esize`-byte elements.
@@ -67,10 +40,10 @@ pub(crate) fn plan(nodes: &[Vec<usize>], rank: usize, len: usize, esize: usize) 
             let blocks = shifted(even_blocks(seg.len() / esize, locals.len(), esize), seg.start);
             let mine = blocks[local].clone();
             let parts = shifted(even_blocks(mine.len() / esize, cross.len(), esize), mine.start);
-            let mut moves = ring_moves(&within, &blocks, -1, true);
-            moves.extend(ring_moves(&across, &parts, 0, true));
-            moves.extend(ring_moves(&across, &parts, 1, false));
-            moves.extend(ring_moves(&within, &blocks, 0, false));
+            let mut moves = ring::moves(&within, &blocks, -1, true);
+            moves.extend(ring::moves(&across, &parts, 0, true));
+            moves.extend(ring::moves(&across, &parts, 1, false));
+            moves.extend(ring::moves(&within, &blocks, 0, false));
             moves
         })
         .collect()
@@ -86,16 +59,7 @@ pub(crate) fn all_reduce(cx: &mut Ctx<'_>, buf: &mut [u8], dtype: DataType, op: 
         if moves.is_empty() {
             continue;
         }
-        let ranges: Vec<Range<usize>> = moves.iter().flat_map(|m| [m.send.clone(), m.recv.clone()]).collect();
-        let mut pieces = carve(buf, &ranges).into_iter();
-        let mut xfers = Vec::with_capacity(2 * moves.len());
-        for m in &moves {
-            let (out, into) = (pieces.next().expect("two per move"), pieces.next().expect("two per move"));
-            let sink = if m.reduce { Sink::Reduce { buf: into, dtype, op } } else { Sink::Copy(into) };
-            xfers.push(Xfer::Send { peer: m.to, tag: s.tag, data: &*out });
-            xfers.push(Xfer::Recv { peer: m.from, tag: s.tag, sink });
-        }
-        t.exchange(&mut xfers, s.deadline)?;
+        run_step(t, s, buf, &moves, Some((dtype, op)))?;
     }
     Ok(())
 }

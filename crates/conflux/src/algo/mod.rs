@@ -11,6 +11,7 @@ pub(crate) mod direct;
 pub(crate) mod fold;
 pub(crate) mod forms;
 pub(crate) mod hier;
+pub(crate) mod moves;
 pub(crate) mod ordered;
 pub(crate) mod pairwise;
 pub(crate) mod rabenseifner;

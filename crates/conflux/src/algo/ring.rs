@@ -4,7 +4,8 @@
 
 use std::ops::Range;
 
-use super::{carve, split2, Circle, Red, Step};
+use super::moves::{run_step, Move};
+use super::{carve, Circle, Red, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
@@ -21,9 +22,9 @@ pub(crate) fn reduce_scatter(
     buf: &mut [u8],
     blocks: &[Range<usize>],
     shift: isize,
-    (dtype, op): Red,
+    red: Red,
 ) -> Result<(), LinkError> {
-    pass(t, s, c, buf, blocks, shift, |into| Sink::Reduce { buf: into, dtype, op })
+    pass(t, s, c, buf, blocks, shift, Some(red))
 }
 
 /// Starting with this rank holding block `pos + shift`, leaves every rank with every block.
@@ -35,11 +36,27 @@ pub(crate) fn all_gather(
     blocks: &[Range<usize>],
     shift: isize,
 ) -> Result<(), LinkError> {
-    pass(t, s, c, buf, blocks, shift, |into| Sink::Copy(into))
+    pass(t, s, c, buf, blocks, shift, None)
 }
 
-/// N-1 steps around the ring: send block `pos - k + shift` right, take block
-/// `pos - k - 1 + shift` from the left into the sink `sink` makes of it.
+/// The ring's N-1 steps among `c` over `blocks`, as data: at step k send block
+/// `pos - k + shift` right and take block `pos - k - 1 + shift` from the left, reduced or
+/// copied. Reduce-scatter leaves position p holding block p + 1 + shift reduced; all-gather
+/// starts from position p holding block p + shift.
+pub(crate) fn moves(c: &Circle<'_>, blocks: &[Range<usize>], shift: isize, reduce: bool) -> Vec<Move> {
+    let r = c.pos as isize;
+    (0..c.len as isize - 1)
+        .map(|k| Move {
+            to: c.right(),
+            send: block(blocks, r - k + shift).clone(),
+            from: c.left(),
+            recv: block(blocks, r - k - 1 + shift).clone(),
+            reduce,
+        })
+        .collect()
+}
+
+/// Runs the ring's steps (`moves`), reducing with `red` if given, else copying.
 fn pass(
     t: &mut Transport,
     s: &Step,
@@ -47,18 +64,10 @@ fn pass(
     buf: &mut [u8],
     blocks: &[Range<usize>],
     shift: isize,
-    sink: impl for<'a> Fn(&'a mut [u8]) -> Sink<'a>,
+    red: Option<Red>,
 ) -> Result<(), LinkError> {
-    let r = c.pos as isize;
-    for k in 0..c.len as isize - 1 {
-        let (out, into) = split2(buf, block(blocks, r - k + shift), block(blocks, r - k - 1 + shift));
-        t.exchange(
-            &mut [
-                Xfer::Send { peer: c.right(), tag: s.tag, data: out },
-                Xfer::Recv { peer: c.left(), tag: s.tag, sink: sink(into) },
-            ],
-            s.deadline,
-        )?;
+    for m in moves(c, blocks, shift, red.is_some()) {
+        run_step(t, s, buf, &[&m], red)?;
     }
     Ok(())
 }
