@@ -112,6 +112,7 @@ pub(crate) fn ring_pieces(
 }
 
 /// Avg is a sum until here: divides by the `n` ranks.
+#[inline]
 pub(crate) fn finish_avg(op: ReduceOp, dtype: DataType, buf: &mut [u8], n: usize) {
     if op == ReduceOp::Avg && n > 1 {
         reduce::divide(dtype, buf, n);

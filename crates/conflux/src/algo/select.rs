@@ -244,7 +244,8 @@ pub fn serves(algo: Algo, call: &Call, topo: &Topo) -> Result<(), String> {
     if !row.pieces && call.pieces {
         let takers: Vec<&str> =
             table::TABLE.iter().filter(|r| r.op() == call.op && r.pieces).map(|r| r.algo.name()).collect();
-        return Err(format!("{algo} does not take a coalesced {} ({} do)", call.op, takers.join(" and ")));
+        let who = if takers.is_empty() { String::new() } else { format!(" ({} do)", takers.join(" and ")) };
+        return Err(format!("{algo} does not take a coalesced {}{who}", call.op));
     }
     Ok(())
 }

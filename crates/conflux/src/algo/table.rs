@@ -136,6 +136,7 @@ pub(crate) const TABLE: &[Row] = &[
 ];
 
 /// The row of `algo` for `op`, if it has one.
+#[inline]
 pub(crate) fn find(algo: Algo, op: OpKind) -> Option<&'static Row> {
     TABLE.iter().find(|r| r.algo == algo && r.op() == op)
 }
@@ -176,6 +177,7 @@ fn pairwise_all_to_all(cx: &mut Ctx<'_>, send: &[u8], sb: &[Range<usize>], recv:
 /// Runs `row` on a call of its operation: brings the call's buffers into the row's form, runs
 /// it if there is anyone to talk to, and finishes Avg. `coll` must be of the row's operation
 /// (the planner finds rows by it).
+#[inline]
 pub(crate) fn run(cx: &mut Ctx<'_>, row: &Row, coll: &mut Coll<'_>, dtype: DataType) -> R {
     let (n, esize) = (cx.s.size, dtype.size());
     match (coll, row.run) {

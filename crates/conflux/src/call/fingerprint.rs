@@ -84,6 +84,7 @@ impl Fingerprint {
     pub const NONE: Fingerprint = Fingerprint { word: 0, count: 0 };
 
     /// The fingerprint of a collective; `op: None` is a barrier.
+    #[inline]
     pub fn new(c: &CallShape) -> Fingerprint {
         // Each field is the enum's index in its `ALL` (its discriminant: see the test below).
         let op = c.op.map_or(BARRIER, |o| o as u64 + 1);

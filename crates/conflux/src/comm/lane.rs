@@ -23,11 +23,11 @@ pub(crate) struct CallContext {
 
 impl CallContext {
     /// Dumps the flight recorder if `t` failed since the last look (its first failure only,
-    /// and not an abort): every rank then says where it was, the failed call still open.
+    /// and not an abort), before the failure is told to anyone: every rank then says where it
+    /// was, the failed call still open (`Transport::settle_failure`).
+    #[inline]
     pub fn record_failure(&self, t: &mut Transport) {
-        if let Some(e) = t.take_new_failure() {
-            self.recorder.dump(&self.log, &e.to_string(), &t.waiter.peers_calls());
-        }
+        t.settle_failure(|e, w| self.recorder.dump(&self.log, &e.to_string(), &w.peers_calls()));
     }
 }
 

@@ -68,6 +68,7 @@ impl fmt::Display for Describe<'_, '_> {
 
 impl Coll<'_> {
     /// What the algorithm choice looks at, for the calls that have one.
+    #[inline]
     fn call(&self, dtype: DataType) -> Option<Call> {
         let half = dtype.is_half();
         let c = |op, bytes| Some(Call { op, bytes, even: true, pieces: false, half });
@@ -90,7 +91,8 @@ impl Coll<'_> {
         }
     }
 
-    /// The fingerprint its messages carry (see `transport/fingerprint.rs`).
+    /// The fingerprint its messages carry (see `call/fingerprint.rs`).
+    #[inline]
     fn fingerprint(&self, dtype: DataType, algo: Option<Algo>, ordered: bool) -> Fingerprint {
         let elems = |b: &[u8]| b.len() / dtype.size();
         let (op, elems, pieces, root) = match self {
@@ -112,6 +114,7 @@ impl Coll<'_> {
     }
 
     /// What the flight recorder keeps of this call.
+    #[inline]
     fn recorded(&self, seq: u64, call: Fingerprint, dtype: DataType) -> What {
         let count = |b: &[u8]| b.len() / dtype.size();
         match self {
@@ -138,12 +141,6 @@ impl Coll<'_> {
 /// forced that cannot serve it) is rejected before it takes a sequence number, so the ranks
 /// stay in step.
 pub(crate) fn run(st: &mut LaneState, plan: &Plan, coll: Coll<'_>, dtype: DataType) -> Result<()> {
-    let r = run_call(st, plan, coll, dtype);
-    st.record_failure();
-    r
-}
-
-fn run_call(st: &mut LaneState, plan: &Plan, coll: Coll<'_>, dtype: DataType) -> Result<()> {
     if let Some(op) = coll.op().filter(|op| !op.accepts(dtype)) {
         return Err(Error::InvalidArgument(format!("{op} is not defined on {dtype}")));
     }
@@ -152,11 +149,7 @@ fn run_call(st: &mut LaneState, plan: &Plan, coll: Coll<'_>, dtype: DataType) ->
     let invalid = |why: String| Error::InvalidArgument(format!("{}: {why}", Describe(&coll, dtype)));
     let row = match coll.call(dtype) {
         Some(_) if ordered => None,
-        Some(call) => {
-            let algo = st.planner.pick(plan, &call).map_err(invalid)?;
-            let row = table::find(algo, call.op);
-            Some(row.ok_or_else(|| invalid(format!("{algo} has no schedule for {}", call.op)))?)
-        }
+        Some(call) => Some(st.planner.pick(plan, &call).map_err(invalid)?),
         None => None,
     };
     let started = Instant::now();

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::ops::Plan;
 use crate::algo::select::{self, Call, Model, Topo};
+use crate::algo::table::{self, Row};
 use crate::algo::{Algo, OpKind};
 
 pub(crate) struct Planner {
@@ -12,9 +13,9 @@ pub(crate) struct Planner {
     pub model: Model,
     /// (operation, log2 size class) pairs whose choice was logged already.
     logged: HashSet<(OpKind, u32)>,
-    /// Choices made so far, by call and forced algorithm: ranking every algorithm costs more
-    /// than a small all_reduce on shared memory.
-    chosen: HashMap<(Call, Option<Algo>), Algo>,
+    /// Choices made so far, by call and forced algorithm, with their rows: ranking every
+    /// algorithm costs more than a small all_reduce on shared memory.
+    chosen: HashMap<(Call, Option<Algo>), &'static Row>,
 }
 
 impl Planner {
@@ -22,18 +23,22 @@ impl Planner {
         Planner { topo, model, logged: HashSet::new(), chosen: HashMap::new() }
     }
 
-    /// The forced algorithm (`forced`) or the cost model's choice, cached per call shape;
-    /// logged once per operation and size class at CONFLUX_DEBUG=info.
-    pub fn pick(&mut self, plan: &Plan, call: &Call) -> Result<Algo, String> {
+    /// The table's row for the forced algorithm (`forced`) or the cost model's choice,
+    /// cached per call shape; logged once per operation and size class at
+    /// CONFLUX_DEBUG=info.
+    #[inline]
+    pub fn pick(&mut self, plan: &Plan, call: &Call) -> Result<&'static Row, String> {
         let forced = forced(plan, call);
-        if let Some(&a) = self.chosen.get(&(*call, forced)) {
-            return Ok(a);
+        if let Some(&row) = self.chosen.get(&(*call, forced)) {
+            return Ok(row);
         }
         let algo = select::choose(&self.model, call, &self.topo, forced)?;
+        // `choose` only returns algorithms that serve the call, which the table says.
+        let row = table::find(algo, call.op).ok_or_else(|| format!("{algo} has no schedule for {}", call.op))?;
         if self.chosen.len() >= 4096 {
             self.chosen.clear();
         }
-        self.chosen.insert((*call, forced), algo);
+        self.chosen.insert((*call, forced), row);
         let class = usize::BITS - call.bytes.leading_zeros();
         if tracing::enabled!(tracing::Level::INFO) && self.logged.insert((call.op, class)) {
             let ranked = select::ranked(&self.model, call, &self.topo);
@@ -47,7 +52,7 @@ impl Planner {
                 "algorithm"
             );
         }
-        Ok(algo)
+        Ok(row)
     }
 }
 

@@ -62,6 +62,7 @@ pub(crate) struct CallLog {
 pub(crate) struct Mark(u64);
 
 impl CallLog {
+    #[inline]
     fn push(&mut self, what: What, state: State, since: Instant) -> u64 {
         if self.entries.len() == KEEP {
             self.entries.pop_front();
@@ -73,10 +74,12 @@ impl CallLog {
     }
 
     /// Call `what` started at `since`.
+    #[inline]
     pub fn started(&mut self, what: What, since: Instant) -> Mark {
         Mark(self.push(what, State::Started, since))
     }
 
+    #[inline]
     pub fn ended(&mut self, mark: Mark, ok: bool) {
         if let Some(e) = self.entries.back_mut().filter(|e| e.id == mark.0) {
             e.state = if ok { State::Completed } else { State::Failed };

@@ -1,7 +1,7 @@
 //! What every message on a link carries, and the receive logic shared by both link types.
 //!
 //! A message is a 32-byte header (tag u64, payload length u64, the call's fingerprint as two
-//! u64, little endian; see `fingerprint.rs`) followed by the payload. A sender that checksums
+//! u64, little endian; see `call/fingerprint.rs`) followed by the payload. A sender that checksums
 //! (`CONFLUX_CHECKSUM`, TCP only) sets `CRC_BIT` in the tag and follows the payload with its
 //! CRC32C (u32 LE); the receiver checks whatever the sender chose. Links deliver messages from one peer in order; a receiver asks for the next message
 //! with a given tag. A message with another point-to-point tag is read aside into the stash,

@@ -150,16 +150,27 @@ pub struct Transport {
     pub(crate) waiter: Waiter,
     /// Set once a link failed: nothing on this transport can be trusted after that.
     pub(crate) broken: Option<LinkError>,
-    /// Chunks the direct shared-segment algorithms have run (the same count on every rank).
+    /// Rounds the direct shared-segment algorithms have run (the same count on every rank).
     direct_gen: u64,
-    /// The first failure (not an abort), until the layer above takes it to dump its flight
-    /// recorder (`take_new_failure`).
-    new_failure: Option<LinkError>,
+    /// A round was started and has not finished its wait: its `fill` panicked. No round may
+    /// follow (`rounds.rs`): a peer still in that one could read the next one's bytes.
+    mid_round: bool,
+    /// The first failure (not an abort), until the layer above has dumped its flight recorder
+    /// (`settle_failure`): only then are the others told and posted transfers failed, so that
+    /// no handle completes with the error, and no peer acts on it, before the dump is written.
+    new_failure: Option<PendingFailure>,
     /// Asynchronous sends and receives progressing in the background.
     pub(crate) posted: PostedQueue,
     /// Operations running on a higher-priority lane of the same communicator; while there are
     /// any, this transport yields its core between chunks (see `give_way`).
     pub(crate) give_way: Option<Arc<AtomicUsize>>,
+}
+
+/// A first failure whose dump, report and posted completions are still to come.
+struct PendingFailure {
+    e: LinkError,
+    /// Still to be reported to the store (a timeout was reported at once).
+    report: bool,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -177,6 +188,7 @@ impl Transport {
             waiter,
             broken: None,
             direct_gen: 0,
+            mid_round: false,
             new_failure: None,
             posted: PostedQueue::default(),
             give_way: None,
@@ -221,6 +233,7 @@ impl Transport {
 
     /// Makes `e` (in global ranks, traced to its root cause, see `Waiter::explain`) this
     /// transport's sticky state, tells the other ranks, fails posted transfers, and returns it.
+    /// The first failure does the last two in `settle_failure`, after the flight recorder's dump.
     pub(crate) fn fail(&mut self, e: LinkError) -> LinkError {
         let raw = e.into_world(&self.waiter.world);
         // A timeout is reported as it is, at once: the ranks that wait for this one follow
@@ -231,21 +244,30 @@ impl Transport {
             self.waiter.report(&raw);
         }
         let e = self.waiter.explain(raw);
-        if self.broken.is_none() && e != LinkError::Aborted {
-            self.new_failure = Some(e.clone());
-        }
-        if !timeout {
-            self.waiter.report(&e);
-        }
+        let first = self.broken.is_none() && e != LinkError::Aborted;
         self.broken = Some(e.clone());
-        self.posted.fail_all(&e);
+        if first {
+            self.new_failure = Some(PendingFailure { e: e.clone(), report: !timeout });
+        } else {
+            if !timeout {
+                self.waiter.report(&e);
+            }
+            self.posted.fail_all(&e);
+        }
         e
     }
 
-    /// The first failure of this transport (not an abort), once: the layer above dumps its
-    /// flight recorder then.
-    pub(crate) fn take_new_failure(&mut self) -> Option<LinkError> {
-        self.new_failure.take()
+    /// After this transport's first failure (not an abort): `dump(error, waiter)` writes the
+    /// flight recorder, then the other ranks are told and posted transfers fail, in the order
+    /// `fail` would have done them. Does nothing otherwise, or a second time.
+    #[inline]
+    pub(crate) fn settle_failure(&mut self, dump: impl FnOnce(&LinkError, &Waiter)) {
+        let Some(p) = self.new_failure.take() else { return };
+        dump(&p.e, &self.waiter);
+        if p.report {
+            self.waiter.report(&p.e);
+        }
+        self.posted.fail_all(&p.e);
     }
 
     /// Posts a background transfer (see `posted.rs`) and makes one progress pass, which
@@ -400,6 +422,14 @@ impl Transport {
             }
         };
         r.map_err(|e| self.fail(e))
+    }
+}
+
+/// A failure nobody settled (a transport dropped at setup, before a lane held it) is still
+/// told to the others, and its posted transfers fail, without a dump.
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.settle_failure(|_, _| {});
     }
 }
 

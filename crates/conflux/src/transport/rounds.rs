@@ -81,9 +81,13 @@ impl Transport {
     /// The segment's rounds, for one call of a direct algorithm. A transport that failed
     /// already writes nothing more: a peer still in the failed call could read it as that
     /// call's data.
+    #[inline]
     pub(crate) fn rounds(&mut self) -> Result<Rounds<'_>, LinkError> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
+        }
+        if self.mid_round {
+            return Err(interrupted(self.rank));
         }
         let no_segment = || LinkError::Io { peer: self.rank, detail: "no shared segment on this host".into() };
         let seg = self.waiter.seg.clone().ok_or_else(no_segment)?;
@@ -130,15 +134,20 @@ impl<'t> Rounds<'t> {
         if let Some(e) = &self.t.broken {
             return Err(e.clone());
         }
-        if let Via::Slot(place) = via {
-            assert!(place + len <= self.slot_len(), "a part of {len} bytes at {place} overflows its slot");
-        } else {
-            assert!(len <= INLINE_DATA, "an inline part of {len} bytes");
+        if self.t.mid_round {
+            return Err(interrupted(self.t.rank));
         }
+        let cap = capacity(via, self.slot_len());
+        assert!(len <= cap, "a part of {len} bytes where {cap} fit");
         self.t.direct_gen += 1;
         let gen = self.t.direct_gen;
+        // Cleared once the wait is over: a `fill` that panics leaves it set, and the rounds
+        // of this transport end there.
+        self.t.mid_round = true;
         self.publish(gen, via, len, fill);
-        self.await_round(gen, via, &lens, deadline)?;
+        let waited = self.await_round(gen, via, &lens, deadline);
+        self.t.mid_round = false;
+        waited?;
         Ok(Round { rounds: self, gen, via, lens })
     }
 
@@ -203,6 +212,19 @@ impl<'t> Rounds<'t> {
     }
 }
 
+/// Bytes a part can have: what an inline block holds, or the slot from `place` on.
+fn capacity(via: Via, slot: usize) -> usize {
+    match via {
+        Via::Inline => INLINE_DATA,
+        Via::Slot(place) => slot.saturating_sub(place),
+    }
+}
+
+fn interrupted(rank: usize) -> LinkError {
+    let detail = "a shared-segment round of this rank was interrupted (a panic); no later round can run".into();
+    LinkError::Io { peer: rank, detail }
+}
+
 fn ring_all(seg: &Segment, me: usize) {
     for k in 0..seg.layout.ranks {
         if k != me {
@@ -246,9 +268,11 @@ pub(crate) struct Round<'r, 't, L> {
 }
 
 impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
+    /// Bytes `range` of rank k's part are within its length, and that length within what
+    /// its slot or inline block holds: what every read below relies on.
     fn check(&self, k: usize, range: &Range<usize>) {
-        let len = (self.lens)(k);
-        assert!(range.start <= range.end && range.end <= len, "bytes {range:?} of rank {k}'s {len}");
+        let (len, cap) = ((self.lens)(k), capacity(self.via, self.rounds.slot_len()));
+        assert!(range.start <= range.end && range.end <= len && len <= cap, "bytes {range:?} of rank {k}'s {len}");
     }
 
     /// Copies bytes `range` of rank k's part into `dst`.
@@ -316,14 +340,14 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
             .collect()
     }
 
-    /// Step 3, the large all_reduce's: `reduce(share, parts)` writes this rank's share
-    /// (`mine`) of the round's result from bytes `mine` of every rank's part, by segment
-    /// index; once every rank has written its share, by `deadline`, `read(result)` gets the
-    /// whole result, of `len` bytes. Slot rounds only.
+    /// Step 3, the large all_reduce's: every rank's parts are `len` bytes of `esize`-byte
+    /// elements, split into N shares of whole elements; `reduce(share, parts)` writes this
+    /// rank's share of the round's result from the same bytes of every rank's part, by
+    /// segment index. Once every rank has written its share, by `deadline`, `read(result)`
+    /// gets the whole result. Slot rounds only.
     pub fn share(
         self,
-        len: usize,
-        mine: Range<usize>,
+        (len, esize): (usize, usize),
         reduce: impl FnOnce(&mut [u8], &[&[u8]]),
         read: impl FnOnce(&[u8]),
         deadline: Instant,
@@ -332,11 +356,14 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
         let seg = self.rounds.seg.clone();
         let l = seg.layout;
         let (n, me, p) = (l.ranks, self.rounds.local_rank(), (self.gen % 2) as usize);
-        assert!(mine.start <= mine.end && mine.end <= len && len <= l.chunk, "share {mine:?} of {len}");
+        let elems = len / esize.max(1);
+        let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
+        assert!(len <= l.chunk && (0..n).all(|k| (self.lens)(k) == len), "a share of parts that differ");
         {
             let parts: Vec<&[u8]> = (0..n).map(|k| self.part(k, mine.clone(), &mut [])).collect();
             // SAFETY: slice `mine` of result(p) is written only by this rank (every rank's
-            // share is its own slice of the same split), and nobody reads it until this rank
+            // share is its own slice of the same split of `len`, which every rank's part has,
+            // as checked above and by the descriptors), and nobody reads it until this rank
             // publishes reduced[me] = gen below; the previous reader of parity p read it before
             // posting gen (Reuse above), which this rank saw.
             reduce(unsafe { seg.bytes_mut(l.result(p) + mine.start, mine.len()) }, &parts);

@@ -199,6 +199,7 @@ impl Waiter {
     }
 
     /// Enters collective call `seq`: local peers can now compare their call with it.
+    #[inline]
     pub fn enter_call(&mut self, seq: u64, call: Fingerprint) {
         self.calls.enter(seq, call);
         if let Some(seg) = &self.seg {

@@ -116,13 +116,11 @@ pub(crate) fn all_reduce(
             let slots: Vec<&[u8]> = (0..n).map(|k| round.part(k, 0..len, &mut [])).collect();
             reduce_whole(&slots, me, input, out, at, (dtype, op));
         } else {
-            let elems = len / esize;
-            let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
             let reduce = |res: &mut [u8], parts: &[&[u8]]| reduce::reduce_many(dtype, op, res, parts);
             let read = |result: &[u8]| {
                 each_span(out, at..at + len, |span, off| span.copy_from_slice(&result[off..off + span.len()]))
             };
-            round.share(len, mine, reduce, read, deadline)?;
+            round.share((len, esize), reduce, read, deadline)?;
         }
         at += len;
         if at >= total {
