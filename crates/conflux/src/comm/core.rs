@@ -225,7 +225,7 @@ impl Core {
     /// Makes every lane disregard the store's failure reports that blame `ranks` (global).
     pub fn ignore_failures_of(&self, ranks: &[usize]) {
         for lane in &self.lanes {
-            lane.engine.lane_state().t.waiter.ignored.extend_from_slice(ranks);
+            lane.engine.lane_state().t.waiter.live.ignored.extend_from_slice(ranks);
         }
     }
 
@@ -250,7 +250,7 @@ impl Core {
             let mut state = lane.engine.lane_state();
             let t = &mut state.t;
             t.finish_sockets();
-            if let Some(m) = &mut t.waiter.monitor {
+            if let Some(m) = &mut t.waiter.live.monitor {
                 m.goodbye();
             }
             all_drained &= drained;

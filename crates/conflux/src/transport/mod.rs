@@ -235,7 +235,7 @@ impl Transport {
     /// transport's sticky state, tells the other ranks, fails posted transfers, and returns it.
     /// The first failure does the last two in `settle_failure`, after the flight recorder's dump.
     pub(crate) fn fail(&mut self, e: LinkError) -> LinkError {
-        let raw = e.into_world(&self.waiter.world);
+        let raw = e.into_world(&self.waiter.live.world);
         // A timeout is reported as it is, at once: the ranks that wait for this one follow
         // the reports to the rank nobody heard from (`Waiter::explain`), and must not wait for
         // this rank's own search first.

@@ -2,6 +2,10 @@
 //! YIELD_AFTER), then sleep until a peer rings its doorbell, a socket becomes ready, or a slice
 //! of time passes; and on every wake-up, check that the peers are alive.
 //!
+//! Three pieces: this file (spinning, the doorbell and socket sleeps, the call-board checks),
+//! `liveness.rs` (are the awaited peers alive, what the store reports, telling the others when
+//! this rank fails) and `explain.rs` (naming the root cause of a failure).
+//!
 //! Doorbells (shared memory). Each local rank has a `doorbell` word and a `sleeping` flag in the
 //! segment. A sleeper reads the doorbell, sets `sleeping`, issues a SeqCst fence, and checks its
 //! condition once more before `futex_wait(doorbell, value)`. A waker changes the condition,
@@ -25,12 +29,13 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::thread::futex;
 
 mod explain;
+mod liveness;
 
 use super::shm::Segment;
 use super::{board, LinkError};
 use crate::call::{Calls, Fingerprint};
-use crate::store::{Event, Monitor};
-use explain::Clue;
+use crate::store::Monitor;
+use liveness::{Liveness, NextLook};
 
 /// How long a waiter spins before it checks, and then again every as long, whether a local
 /// peer last ran on its own CPU; if one did, it yields the CPU. The scheduler now and then
@@ -59,39 +64,21 @@ pub(crate) fn ring_doorbell(seg: &Segment, i: usize) {
 
 /// What a rank watches while it waits.
 pub(crate) struct Waiter {
+    /// This host's segment (doorbells, call boards) and this rank's index in it.
     pub(crate) seg: Option<Arc<Segment>>,
     pub(crate) me_local: usize,
-    /// (rank, pidfd) of every other local rank: readable once that process has exited.
-    pub(crate) pidfds: Vec<(usize, OwnedFd)>,
-    /// This communicator's own channel to the store (see `store`).
-    pub(crate) monitor: Option<Monitor>,
-    /// The global rank of each rank of this communicator: the store speaks global ranks, and
-    /// errors name them.
-    pub(crate) world: Arc<[usize]>,
+    /// This communicator's rank of each rank of the segment, by segment index.
+    pub(crate) seg_ranks: Vec<usize>,
+    /// The collective this rank is in and the one before, published on the call board.
+    pub(crate) calls: Calls,
+    /// Whether the awaited peers are alive, and what the store says (`liveness.rs`).
+    pub(crate) live: Liveness,
     pub(crate) abort: Arc<AtomicBool>,
     pub(crate) spin: Duration,
     pub(crate) yield_while_spinning: bool,
     /// The CPU last published as this rank's (plus one; 0: none yet).
     cpu: u32,
     last_check: Instant,
-    /// Awaited peers whose exit was seen once; seen again while still awaited, they failed.
-    exited_seen: Vec<usize>,
-    /// Peers (this communicator's ranks) whose process said goodbye, and whether one was
-    /// already seen awaited once: like an exit, it counts at the second look.
-    left: Vec<(usize, bool)>,
-    /// What the store said about this communicator's ranks so far, for `explain`.
-    clues: Vec<Clue>,
-    /// This rank's global rank.
-    pub(crate) me: usize,
-    /// Global ranks whose failures are not this communicator's: the ones a shrink left out,
-    /// which the store's history still reports.
-    pub(crate) ignored: Vec<usize>,
-    /// This communicator's rank of each rank of the segment, by segment index.
-    pub(crate) seg_ranks: Vec<usize>,
-    /// The collective this rank is in and the one before, published on the call board.
-    pub(crate) calls: Calls,
-    /// The last error came from the store, which names root causes itself: nothing to explain.
-    from_store: bool,
     /// Polled by socket sleeps, so that `SelfWake` ends them.
     wake_fd: Arc<OwnedFd>,
 }
@@ -170,25 +157,29 @@ impl Waiter {
             Some(h) => (Some(h.seg), h.me_local, h.ranks),
             None => (None, 0, Vec::new()),
         };
-        Ok(Waiter {
-            seg,
-            me_local,
+        let live = Liveness {
             pidfds: w.pidfds,
             monitor: w.monitor,
             world: w.world,
+            me,
+            on_host: seg_ranks.clone(),
+            ignored: Vec::new(),
+            exited_seen: Vec::new(),
+            left: Vec::new(),
+            clues: Vec::new(),
+            from_store: false,
+        };
+        Ok(Waiter {
+            seg,
+            me_local,
+            seg_ranks,
+            calls: Calls::default(),
+            live,
             abort: w.abort,
             spin: w.spin,
             yield_while_spinning: w.yield_while_spinning,
             cpu: 0,
             last_check: Instant::now(),
-            exited_seen: Vec::new(),
-            left: Vec::new(),
-            clues: Vec::new(),
-            seg_ranks,
-            ignored: Vec::new(),
-            me,
-            calls: Calls::default(),
-            from_store: false,
             wake_fd,
         })
     }
@@ -246,7 +237,7 @@ impl Waiter {
         }
         let mut s = String::new();
         for (i, &peer) in self.seg_ranks.iter().enumerate().filter(|&(i, _)| i != self.me_local) {
-            let rank = self.world.get(peer).copied().unwrap_or(peer);
+            let rank = self.live.world.get(peer).copied().unwrap_or(peer);
             let at = self.peer_latest(i).map_or("no collective yet".into(), |(n, fp)| format!("#{n} {fp}"));
             s += &format!("  local rank {rank} last entered {at}\n");
         }
@@ -347,7 +338,7 @@ impl Waiter {
                 })
                 .collect();
             fds.push(PollFd::from_borrowed_fd(self.wake_fd.as_fd(), PollFlags::IN));
-            if let Some(m) = &self.monitor {
+            if let Some(m) = &self.live.monitor {
                 fds.push(PollFd::from_borrowed_fd(m.as_fd(), PollFlags::IN));
             }
             let ts = rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 });
@@ -358,7 +349,7 @@ impl Waiter {
             }
             let ended = sockets.iter().zip(&fds).find(|(s, f)| s.write && f.revents().contains(PollFlags::RDHUP));
             if let Some((s, _)) = ended {
-                let detail = if self.left.iter().any(|(p, _)| *p == s.peer) { LEFT } else { ENDED };
+                let detail = if self.live.left.iter().any(|(p, _)| *p == s.peer) { LEFT } else { ENDED };
                 self.disarm();
                 return Err(LinkError::PeerGone { peer: s.peer, detail: detail.into() });
             }
@@ -393,115 +384,25 @@ impl Waiter {
         Ok(())
     }
 
-    /// Fails if an awaited local peer's process has exited, a local peer is in this rank's call
-    /// number with another call, or the store reported a failure.
-    ///
-    /// A peer that exits after sending its last message is not a failure, and its last bytes
-    /// may land just before its exit is seen; so an exit counts only when the peer is still
-    /// awaited at the next look, after another progress pass.
+    /// Fails if a local peer is in this rank's call number with another call, or if
+    /// `Liveness::check` fails.
     pub fn check_liveness(&mut self, awaited: &[usize]) -> Result<(), LinkError> {
         self.check_board(self.calls.now, |_| false)?;
-        if !self.pidfds.is_empty() {
-            let mut fds: Vec<PollFd<'_>> = self.pidfds.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)).collect();
-            let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
-            if poll(&mut fds, Some(&zero)).unwrap_or(0) > 0 {
-                let exited: Vec<usize> =
-                    fds.iter().zip(&self.pidfds).filter(|(f, _)| !f.revents().is_empty()).map(|(_, p)| p.0).collect();
-                drop(fds);
-                for peer in exited {
-                    if !awaited.contains(&peer) {
-                        continue;
-                    }
-                    if self.exited_seen.contains(&peer) {
-                        return Err(LinkError::PeerGone { peer, detail: "its process exited".into() });
-                    }
-                    self.exited_seen.push(peer);
-                    // Look again soon rather than a whole slice later.
-                    self.last_check = Instant::now() - SLICE + Duration::from_millis(1);
-                }
-            }
-        }
-        // A peer outside the segment is reached over TCP: its goodbye travels through the
-        // store and can overtake its last bytes (retransmitted on a lossy link), so only the
-        // end of its stream, which a leaving rank sends before its goodbye, fails a wait.
-        let on_segment = |p: &usize| self.seg.is_some() && self.seg_ranks.contains(p);
-        let by_goodbye = |p: &usize| awaited.contains(p) && on_segment(p);
-        for (peer, seen) in self.left.iter_mut().filter(|(p, _)| by_goodbye(p)) {
-            if *seen {
-                let detail = LEFT.into();
-                // The store said so: the root cause, nothing for `explain` to look for (others
-                // that waited for it too may be failing and exiting by now).
-                self.from_store = true;
-                return Err(LinkError::PeerGone { peer: *peer, detail });
-            }
-            *seen = true;
+        if self.live.check(awaited)? == NextLook::Soon {
+            // Look again soon rather than a whole slice later.
             self.last_check = Instant::now() - SLICE + Duration::from_millis(1);
-        }
-        let Some(m) = &mut self.monitor else { return Ok(()) };
-        while let Some(ev) = m.try_event() {
-            let member = |r: usize| self.world.iter().position(|&w| w == r);
-            let err = match ev {
-                // Errors made here are in this communicator's ranks, like the transport's own;
-                // `Transport::fail` renames them.
-                // A rank that left while awaited came first: others may die of waiting for it,
-                // and the store itself dies with rank 0.
-                Event::RankDied { .. } | Event::StoreLost if self.left.iter().any(|(p, _)| awaited.contains(p)) => {
-                    let peer = self.left.iter().find(|(p, _)| awaited.contains(p)).expect("checked").0;
-                    let detail = LEFT.into();
-                    LinkError::PeerGone { peer, detail }
-                }
-                Event::RankDied { rank } => match member(rank) {
-                    Some(peer) => {
-                        self.clues.push(Clue::Died(rank));
-                        // Not `from_store`: it may have died of another rank's failure, which
-                        // its report (on another connection) will name; `explain` listens.
-                        return Err(LinkError::PeerGone {
-                            peer,
-                            detail:
-                                "its connection to the job's store closed (the process died or its host is unreachable)"
-                                    .into(),
-                        });
-                    }
-                    // A rank outside this group died: whoever here needed it will report.
-                    None => continue,
-                },
-                Event::Failure { culprit, reporter, reason } => {
-                    let outside = member(culprit).is_none() && member(reporter).is_none();
-                    // A rank that timed out waiting for this one blames it; but this rank is
-                    // waiting too, and its own timeout, soon, will say for whom.
-                    let waited_for = culprit == self.me && reason.starts_with("timed out");
-                    if outside || waited_for || self.ignored.contains(&culprit) {
-                        continue;
-                    }
-                    LinkError::Remote { culprit, reporter, reason }
-                }
-                Event::RankLeft { rank } => {
-                    if let Some(peer) = member(rank) {
-                        self.left.push((peer, false));
-                        self.clues.push(Clue::Left(rank));
-                    }
-                    continue;
-                }
-                Event::StoreLost => LinkError::StoreLost,
-            };
-            self.from_store = true;
-            return Err(err);
         }
         Ok(())
     }
 
-    /// Tells every other rank, through the store, that this rank fails because of `culprit`
-    /// (`err` is in global ranks).
+    /// See `Liveness::report`.
     pub fn report(&mut self, err: &LinkError) {
-        let Some(m) = &mut self.monitor else { return };
-        match err {
-            LinkError::Remote { .. } | LinkError::Aborted | LinkError::StoreLost => {}
-            e => {
-                if let Some(culprit) = e.peer() {
-                    m.report_failure(culprit, &e.to_string());
-                }
-            }
-        }
+        self.live.report(err);
+    }
+
+    /// See `Liveness::explain`.
+    pub fn explain(&mut self, e: LinkError) -> LinkError {
+        self.live.explain(e)
     }
 }
 

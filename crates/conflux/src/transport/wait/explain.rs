@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
 
-use super::{Waiter, LEFT};
+use super::liveness::Liveness;
+use super::LEFT;
 use crate::store::{Event, Monitor};
 use crate::transport::LinkError;
 
@@ -19,7 +20,7 @@ const STORE_GRACE: Duration = Duration::from_millis(100);
 /// on a loaded host can be several hundred ms.
 const CHASE_WAIT: Duration = Duration::from_secs(1);
 
-impl Waiter {
+impl Liveness {
     /// Traces a lost peer to the failure behind it. When rank A dies, its neighbour B fails,
     /// reports A to the store and exits; B's other neighbours then see B's link close first.
     /// So before blaming a vanished peer, listen briefly for the store naming someone else.
