@@ -20,31 +20,45 @@ fn val(rank: usize, i: usize, salt: usize) -> i64 {
     ((rank * 31 + i * 7 + salt * 13) % 97) as i64 - 48
 }
 
-/// f32 with Sum and i32 with Max: one float and one integer kernel, two reduce ops.
-const KINDS: [(DataType, ReduceOp); 2] = [(DataType::F32, ReduceOp::Sum), (DataType::I32, ReduceOp::Max)];
+/// The kernels and reduce ops each row is run with: f32 sum and avg, i32 max, f16 sum (its
+/// sums of these values, at most 17 x 48, are integers f16 holds exactly).
+const KINDS: [(DataType, ReduceOp); 4] = [
+    (DataType::F32, ReduceOp::Sum),
+    (DataType::I32, ReduceOp::Max),
+    (DataType::F16, ReduceOp::Sum),
+    (DataType::F32, ReduceOp::Avg),
+];
 
 fn enc(d: DataType, v: impl IntoIterator<Item = i64>) -> Vec<u8> {
     match d {
         DataType::F32 => v.into_iter().flat_map(|x| (x as f32).to_ne_bytes()).collect(),
+        DataType::F16 => v.into_iter().flat_map(|x| half::f16::from_f32(x as f32).to_ne_bytes()).collect(),
         _ => v.into_iter().flat_map(|x| (x as i32).to_ne_bytes()).collect(),
     }
 }
 
-fn dec(d: DataType, b: &[u8]) -> Vec<i64> {
+fn dec(d: DataType, b: &[u8]) -> Vec<f64> {
     let word = |c: &[u8]| <[u8; 4]>::try_from(c).expect("4 bytes");
     match d {
-        DataType::F32 => b.chunks(4).map(|c| f32::from_ne_bytes(word(c)) as i64).collect(),
-        _ => b.chunks(4).map(|c| i64::from(i32::from_ne_bytes(word(c)))).collect(),
+        DataType::F32 => b.chunks(4).map(|c| f64::from(f32::from_ne_bytes(word(c)))).collect(),
+        DataType::F16 => b.chunks(2).map(|c| f64::from(half::f16::from_ne_bytes([c[0], c[1]]).to_f32())).collect(),
+        _ => b.chunks(4).map(|c| f64::from(i32::from_ne_bytes(word(c)))).collect(),
     }
 }
 
 /// The reduction over all `n` ranks of index `i` of call `salt`.
-fn folded(n: usize, i: usize, salt: usize, op: ReduceOp) -> i64 {
+fn folded(n: usize, i: usize, salt: usize, op: ReduceOp) -> f64 {
     let all = (0..n).map(|r| val(r, i, salt));
     match op {
-        ReduceOp::Max => all.max().expect("at least one rank"),
-        _ => all.sum(),
+        ReduceOp::Max => all.max().expect("at least one rank") as f64,
+        ReduceOp::Avg => all.sum::<i64>() as f64 / n as f64,
+        _ => all.sum::<i64>() as f64,
     }
+}
+
+/// Whether `got` is the reference `want`: exactly, but for Avg, whose division may round.
+fn same(got: f64, want: f64, op: ReduceOp) -> bool {
+    got == want || (op == ReduceOp::Avg && (got - want).abs() <= 1e-6 * want.abs().max(1.0))
 }
 
 /// One call of `row` at this rank: its error, or what differs from the reference, if anything.
@@ -62,8 +76,13 @@ fn check(
     let mine = |range: std::ops::Range<usize>| enc(d, range.map(|i| val(me, i, salt)));
     let with_input = salt % 2 == 1;
     let root = salt % n;
-    let got_want = |got: Vec<i64>, want: Vec<i64>| {
-        let at = (0..got.len().max(want.len())).find(|&i| got.get(i) != want.get(i))?;
+    let es = d.size();
+    let got_want = |got: Vec<f64>, want: Vec<f64>| {
+        let differs = |i: usize| match (got.get(i), want.get(i)) {
+            (Some(&g), Some(&w)) => !same(g, w, op),
+            _ => true,
+        };
+        let at = (0..got.len().max(want.len())).find(|&i| differs(i))?;
         Some(format!("element {at} of {} is {:?}, want {:?}", want.len(), got.get(at), want.get(at)))
     };
     let run = |st: &mut LaneState, coll: Coll<'_>| ops::run(st, &plan, coll, d);
@@ -71,11 +90,11 @@ fn check(
         OpKind::AllReduce => {
             let input = mine(0..count);
             let mut buf = if with_input { vec![0; input.len()] } else { input.clone() };
-            let want: Vec<i64> = (0..count).map(|i| folded(n, i, salt, op)).collect();
+            let want: Vec<f64> = (0..count).map(|i| folded(n, i, salt, op)).collect();
             // Rows that take pieces get three uneven ones in place.
             let r = if row.pieces && !with_input {
-                let (a, rest) = buf.split_at_mut(count / 3 * 4);
-                let (b, c) = rest.split_at_mut(count / 5 * 4);
+                let (a, rest) = buf.split_at_mut(count / 3 * es);
+                let (b, c) = rest.split_at_mut(count / 5 * es);
                 run(st, Coll::AllReduce { input: None, out: &mut [a, b, c], op })
             } else {
                 let input = with_input.then_some(&input[..]);
@@ -85,7 +104,7 @@ fn check(
         }
         OpKind::Broadcast => {
             let mut buf = mine(0..count);
-            let want = (0..count).map(|i| val(root, i, salt)).collect();
+            let want = (0..count).map(|i| val(root, i, salt) as f64).collect();
             run(st, Coll::Broadcast { buf: &mut buf, root }).map(|()| got_want(dec(d, &buf), want))
         }
         OpKind::Reduce => {
@@ -98,11 +117,11 @@ fn check(
         }
         OpKind::AllGather => {
             let blocks = even_blocks(count, n, 1);
-            let mut buf = vec![0u8; count * 4];
+            let mut buf = vec![0u8; count * es];
             let own = blocks[me].clone();
-            buf[own.start * 4..own.end * 4].copy_from_slice(&mine(own));
+            buf[own.start * es..own.end * es].copy_from_slice(&mine(own));
             let owner = |i: usize| blocks.iter().position(|b| b.contains(&i)).expect("covered");
-            let want = (0..count).map(|i| val(owner(i), i, salt)).collect();
+            let want = (0..count).map(|i| val(owner(i), i, salt) as f64).collect();
             run(st, Coll::AllGather { buf: &mut buf }).map(|()| got_want(dec(d, &buf), want))
         }
         OpKind::ReduceScatter => {
@@ -110,13 +129,13 @@ fn check(
             let input = mine(0..count);
             let want = own.clone().map(|i| folded(n, i, salt, op)).collect();
             if with_input {
-                let mut buf = vec![0u8; own.len() * 4];
+                let mut buf = vec![0u8; own.len() * es];
                 let r = run(st, Coll::ReduceScatter { input: Some(&input), buf: &mut buf, op });
                 r.map(|()| got_want(dec(d, &buf), want))
             } else {
                 let mut buf = input;
                 let r = run(st, Coll::ReduceScatter { input: None, buf: &mut buf, op });
-                r.map(|()| got_want(dec(d, &buf[own.start * 4..own.end * 4]), want))
+                r.map(|()| got_want(dec(d, &buf[own.start * es..own.end * es]), want))
             }
         }
         OpKind::AllToAll => {
@@ -126,10 +145,10 @@ fn check(
             let len = |a: usize, b: usize| if even { count } else { (a * 3 + b * 5 + count) % 7 };
             let sent = |a: usize, b: usize| (0..len(a, b)).map(move |j| val(a, b * 100_000 + j, salt));
             let send = enc(d, (0..n).flat_map(|b| sent(me, b)));
-            let want: Vec<i64> = (0..n).flat_map(|a| sent(a, me)).collect();
-            let mut recv = vec![0u8; want.len() * 4];
-            let send_blocks = crate::algo::blocks_of((0..n).map(|b| len(me, b) * 4));
-            let recv_blocks = crate::algo::blocks_of((0..n).map(|a| len(a, me) * 4));
+            let want: Vec<f64> = (0..n).flat_map(|a| sent(a, me)).map(|v| v as f64).collect();
+            let mut recv = vec![0u8; want.len() * es];
+            let send_blocks = crate::algo::blocks_of((0..n).map(|b| len(me, b) * es));
+            let recv_blocks = crate::algo::blocks_of((0..n).map(|a| len(a, me) * es));
             let coll = Coll::AllToAll { send: &send, send_blocks, recv: &mut recv, recv_blocks, even };
             run(st, coll).map(|()| got_want(dec(d, &recv), want))
         }
@@ -147,7 +166,8 @@ fn check_rows(n: usize) -> Vec<String> {
             for count in COUNTS {
                 for kind in KINDS {
                     salt += 1;
-                    let call = Call { op: row.op(), bytes: count * 4, even: true, pieces: false, half: false };
+                    let call =
+                        Call { op: row.op(), bytes: count * kind.0.size(), even: true, pieces: false, half: false };
                     let served = select::serves(row.algo, &call, &topo).is_ok();
                     let what = format!("{} {} of {count} {} at {n} ranks", row.algo, row.op(), kind.0);
                     match check(st, plan, row, count, kind, salt) {
@@ -200,7 +220,7 @@ fn a_wrong_contribution_is_caught() {
         let mut buf = enc(DataType::F32, (0..5).map(|i| val(plan.rank, i, 0) + i64::from(plan.rank == 2)));
         ops::run(st, plan, Coll::AllReduce { input: None, out: &mut [&mut buf[..]], op: ReduceOp::Sum }, DataType::F32)
             .expect("the call itself goes through");
-        dec(DataType::F32, &buf) == (0..5).map(|i| folded(3, i, 0, ReduceOp::Sum)).collect::<Vec<_>>()
+        dec(DataType::F32, &buf) == (0..5).map(|i| folded(3, i, 0, ReduceOp::Sum)).collect::<Vec<f64>>()
     });
     assert_eq!(results, vec![false; 3]);
 }
