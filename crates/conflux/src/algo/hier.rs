@@ -40,7 +40,7 @@ pub(crate) fn plan(nodes: &[Vec<usize>], rank: usize, len: usize, esize: usize) 
             let blocks = shifted(even_blocks(seg.len() / esize, locals.len(), esize), seg.start);
             let mine = blocks[local].clone();
             let parts = shifted(even_blocks(mine.len() / esize, cross.len(), esize), mine.start);
-            let mut moves = ring::moves(&within, &blocks, -1, true);
+            let mut moves: Vec<Move> = ring::moves(&within, &blocks, -1, true).collect();
             moves.extend(ring::moves(&across, &parts, 0, true));
             moves.extend(ring::moves(&across, &parts, 1, false));
             moves.extend(ring::moves(&within, &blocks, 0, false));

@@ -43,17 +43,21 @@ pub(crate) fn all_gather(
 /// `pos - k + shift` right and take block `pos - k - 1 + shift` from the left, reduced or
 /// copied. Reduce-scatter leaves position p holding block p + 1 + shift reduced; all-gather
 /// starts from position p holding block p + shift.
-pub(crate) fn moves(c: &Circle<'_>, blocks: &[Range<usize>], shift: isize, reduce: bool) -> Vec<Move> {
+/// Lazily, so that running them allocates nothing.
+pub(crate) fn moves<'a>(
+    c: &'a Circle<'a>,
+    blocks: &'a [Range<usize>],
+    shift: isize,
+    reduce: bool,
+) -> impl Iterator<Item = Move> + 'a {
     let r = c.pos as isize;
-    (0..c.len as isize - 1)
-        .map(|k| Move {
-            to: c.right(),
-            send: block(blocks, r - k + shift).clone(),
-            from: c.left(),
-            recv: block(blocks, r - k - 1 + shift).clone(),
-            reduce,
-        })
-        .collect()
+    (0..c.len as isize - 1).map(move |k| Move {
+        to: c.right(),
+        send: block(blocks, r - k + shift).clone(),
+        from: c.left(),
+        recv: block(blocks, r - k - 1 + shift).clone(),
+        reduce,
+    })
 }
 
 /// Runs the ring's steps (`moves`), reducing with `red` if given, else copying.
