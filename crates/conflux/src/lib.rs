@@ -10,6 +10,7 @@ pub mod error;
 pub mod measure;
 pub mod reduce;
 pub mod store;
+pub mod trace;
 pub mod transport;
 
 pub use dtype::{DataType, Element, ReduceOp};

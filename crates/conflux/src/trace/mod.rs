@@ -1,0 +1,20 @@
+//! Tracing: every operation of every communicator and lane, recorded by each rank with the
+//! times it was issued, started and ended, the caller's waits on asynchronous ones and step
+//! boundaries — so that a reader can say how much of a step was communication, what each
+//! collective cost, and which rank the others kept waiting for (`conflux trace report`,
+//! `conflux trace merge`).
+//!
+//! Turned on with `CONFLUX_TRACE=DIR` (`Config::trace`). Each rank writes two files:
+//! `DIR/rank-<r>.json` (`meta.rs`: its communicators, threads and clock offset) and
+//! `DIR/rank-<r>.bin` (`record.rs`: 64-byte records, appended in batches by `writer.rs`).
+//! A leaf below `comm/`: it knows the names of operations and algorithms (`call/`) and
+//! nothing else of the library.
+
+pub mod meta;
+pub mod read;
+pub mod record;
+pub mod writer;
+
+pub use read::{read_dir, OpRecord, RankTrace, ReadError, StepMark, WaitRecord};
+pub use record::Op;
+pub use writer::mark_step_everywhere;

@@ -1,0 +1,297 @@
+//! Writing a rank's trace: `Tracer`, one per rank and trace directory in a process, shared by
+//! every communicator of that rank; `LaneTrace`, the records of one lane, kept in a small
+//! buffer the lane owns (no lock, no allocation per call) and appended to the rank's file a
+//! batch at a time.
+//!
+//! Memory stays bounded however long the job runs: records stream to `rank-<r>.bin` (64 bytes
+//! each) in batches of at most `BATCH`, and a batch goes out at the latest `FLUSH_AGE` after
+//! its first record, so a rank killed mid-job leaves all but its last fraction of a second on
+//! disk. Nothing is dropped unless the disk refuses a write; the meta file counts those.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::meta::{Clock, CommInfo, Meta, ThreadInfo, FORMAT, VERSION};
+use super::record::{kind, Raw, NO_PEER};
+
+/// Records a lane buffers before appending them to the file.
+const BATCH: usize = 256;
+/// The most a buffered record waits for its batch to go out (checked as records arrive).
+const FLUSH_AGE: Duration = Duration::from_millis(100);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds at `t`. `Instant` reads the same clock on Linux, so
+/// instants the library already takes for its deadlines are stamps, with no clock read of
+/// their own.
+#[inline]
+pub fn ns(t: Instant) -> u64 {
+    static BASE: OnceLock<(Instant, u64)> = OnceLock::new();
+    let (base, base_ns) = *BASE.get_or_init(|| {
+        let now = Instant::now();
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        (now, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    });
+    match t.checked_duration_since(base) {
+        Some(d) => base_ns + d.as_nanos() as u64,
+        None => base_ns.saturating_sub(base.duration_since(t).as_nanos() as u64),
+    }
+}
+
+/// The names of the threads that recorded anything, by number, for every meta file.
+static THREADS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static THREAD_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+}
+
+/// This thread's number in traces.
+#[inline]
+pub fn thread_id() -> u32 {
+    THREAD.with(|id| {
+        if id.get() == u32::MAX {
+            let mut names = lock(&THREADS);
+            let cur = std::thread::current();
+            let name = cur.name().map_or_else(|| format!("thread {:?}", cur.id()), str::to_owned);
+            id.set(names.len() as u32);
+            names.push(name);
+            THREAD_COUNT.store(names.len(), Ordering::Release);
+        }
+        id.get()
+    })
+}
+
+/// Every live tracer of the process, for `mark_step` and for communicators of one rank to
+/// share one.
+static TRACERS: Mutex<Vec<Weak<Tracer>>> = Mutex::new(Vec::new());
+
+/// One rank's trace files.
+pub struct Tracer {
+    dir: PathBuf,
+    rank: usize,
+    bin: Mutex<Sink>,
+    meta: Mutex<MetaState>,
+    next_op: AtomicU64,
+    next_step: AtomicU64,
+    /// Records from callers' threads (waits, steps), shared by all of them.
+    side: Mutex<Vec<Raw>>,
+}
+
+struct Sink {
+    file: File,
+    dropped: u64,
+}
+
+struct MetaState {
+    meta: Meta,
+    /// Threads the meta file lists.
+    threads_written: usize,
+}
+
+impl Tracer {
+    /// The tracer of global `rank` writing to `dir`: this process's, if a communicator
+    /// already opened it, else a new one that empties `dir/rank-<rank>.*`.
+    pub fn open(dir: &Path, rank: usize, world_size: usize, host: &str) -> std::io::Result<Arc<Tracer>> {
+        let mut all = lock(&TRACERS);
+        all.retain(|w| w.strong_count() > 0);
+        if let Some(t) = all.iter().filter_map(Weak::upgrade).find(|t| t.dir == dir && t.rank == rank) {
+            return Ok(t);
+        }
+        std::fs::create_dir_all(dir)?;
+        let file = File::create(dir.join(format!("rank-{rank}.bin")))?;
+        let meta = Meta {
+            format: FORMAT.into(),
+            version: VERSION,
+            rank,
+            world_size,
+            pid: std::process::id(),
+            host: host.into(),
+            clock: Clock { offset_ns: 0, uncertainty_ns: 0, method: "unmeasured".into() },
+            comms: Vec::new(),
+            threads: Vec::new(),
+            dropped: 0,
+        };
+        let t = Arc::new(Tracer {
+            dir: dir.to_path_buf(),
+            rank,
+            bin: Mutex::new(Sink { file, dropped: 0 }),
+            meta: Mutex::new(MetaState { meta, threads_written: 0 }),
+            next_op: AtomicU64::new(0),
+            next_step: AtomicU64::new(0),
+            side: Mutex::new(Vec::with_capacity(BATCH)),
+        });
+        t.write_meta(&mut lock(&t.meta))?;
+        all.push(Arc::downgrade(&t));
+        Ok(t)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Registers a communicator; its records carry the number returned.
+    pub fn add_comm(&self, name: &str, ranks: &[usize], rank: usize, link: &str) -> u16 {
+        let mut m = lock(&self.meta);
+        let id = m.meta.comms.len() as u16;
+        let info = CommInfo { id, name: name.into(), ranks: ranks.to_vec(), rank, link: link.into() };
+        m.meta.comms.push(info);
+        self.rewrite_meta(&mut m);
+        id
+    }
+
+    /// How this rank's clock relates to rank 0's.
+    pub fn set_clock(&self, clock: Clock) {
+        let mut m = lock(&self.meta);
+        m.meta.clock = clock;
+        self.rewrite_meta(&mut m);
+    }
+
+    /// A number for a new operation (what its WAIT record refers to).
+    #[inline]
+    pub fn next_op_id(&self) -> u64 {
+        self.next_op.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Marks the start of the next step on this rank; returns its number.
+    pub fn mark_step(&self) -> u64 {
+        let step = self.next_step.fetch_add(1, Ordering::Relaxed);
+        let now = ns(Instant::now());
+        let r = Raw { kind: kind::STEP, seq: step, thread: thread_id(), started: now, ..blank() };
+        // A step mark sends out what waited: a reader sees every step but the last one whole.
+        let mut side = lock(&self.side);
+        side.push(r);
+        self.append(&side);
+        side.clear();
+        step
+    }
+
+    /// A caller thread's record (a wait).
+    pub fn side_record(&self, r: Raw) {
+        let mut side = lock(&self.side);
+        side.push(r);
+        let first = side[0].ended.max(side[0].started);
+        if side.len() >= BATCH || r.ended.saturating_sub(first) > FLUSH_AGE.as_nanos() as u64 {
+            self.append(&side);
+            side.clear();
+        }
+    }
+
+    /// Appends records to the file (whole records: one write of a multiple of 64 bytes).
+    fn append(&self, recs: &[Raw]) {
+        if recs.is_empty() {
+            return;
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(recs);
+        {
+            let mut sink = lock(&self.bin);
+            if let Err(e) = sink.file.write_all(bytes) {
+                if sink.dropped == 0 {
+                    tracing::warn!("cannot write the trace to {}: {e}; records are dropped", self.dir.display());
+                }
+                sink.dropped += recs.len() as u64;
+            }
+        }
+        if THREAD_COUNT.load(Ordering::Acquire) != lock(&self.meta).threads_written {
+            self.rewrite_meta(&mut lock(&self.meta));
+        }
+    }
+
+    fn rewrite_meta(&self, m: &mut MetaState) {
+        if let Err(e) = self.write_meta(m) {
+            tracing::warn!("cannot write the trace's meta file in {}: {e}", self.dir.display());
+        }
+    }
+
+    fn write_meta(&self, m: &mut MetaState) -> std::io::Result<()> {
+        {
+            let names = lock(&THREADS);
+            m.meta.threads =
+                names.iter().enumerate().map(|(i, n)| ThreadInfo { id: i as u32, name: n.clone() }).collect();
+            m.threads_written = names.len();
+        }
+        m.meta.dropped = lock(&self.bin).dropped;
+        let text = serde_json::to_string_pretty(&m.meta).map_err(std::io::Error::other)?;
+        let path = self.dir.join(format!("rank-{}.json", self.rank));
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// Writes out what callers' threads recorded.
+    pub fn flush(&self) {
+        let mut side = lock(&self.side);
+        self.append(&side);
+        side.clear();
+        drop(side);
+        self.rewrite_meta(&mut lock(&self.meta));
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Marks the start of the next step on every rank this process traces (Python's
+/// `conflux.mark_step()`); returns how many tracers marked it.
+pub fn mark_step_everywhere() -> usize {
+    let live: Vec<Arc<Tracer>> = lock(&TRACERS).iter().filter_map(Weak::upgrade).collect();
+    for t in &live {
+        t.mark_step();
+    }
+    live.len()
+}
+
+/// A record with nothing in it.
+pub fn blank() -> Raw {
+    Raw { peer: NO_PEER, ..bytemuck::Zeroable::zeroed() }
+}
+
+/// The records of one lane of one communicator.
+pub struct LaneTrace {
+    tracer: Arc<Tracer>,
+    pub comm: u16,
+    pub lane: u8,
+    buf: Vec<Raw>,
+}
+
+impl LaneTrace {
+    pub fn new(tracer: Arc<Tracer>, comm: u16, lane: u8) -> LaneTrace {
+        LaneTrace { tracer, comm, lane, buf: Vec::with_capacity(BATCH) }
+    }
+
+    pub fn tracer(&self) -> &Arc<Tracer> {
+        &self.tracer
+    }
+
+    /// Records an operation that ended (`r.ended` set).
+    #[inline]
+    pub fn push(&mut self, mut r: Raw) {
+        r.comm = self.comm;
+        r.lane = self.lane;
+        self.buf.push(r);
+        let age = r.ended.saturating_sub(self.buf[0].ended);
+        if self.buf.len() >= BATCH || age > FLUSH_AGE.as_nanos() as u64 {
+            self.flush();
+        }
+    }
+
+    pub fn flush(&mut self) {
+        self.tracer.append(&self.buf);
+        self.buf.clear();
+    }
+}
+
+impl Drop for LaneTrace {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
