@@ -331,3 +331,33 @@ fn the_cost_model_prices_tcp_at_the_slowest_nodes_link() {
     assert!(out.status.success(), "job failed ({}):\n{t}", out.status);
     assert_eq!(t.lines().filter(|l| l.contains(" passed, 0 failed")).count(), 4, "every rank passed:\n{t}");
 }
+
+/// Ranks on other hosts put their clocks on rank 0's through the store: network namespaces
+/// share one kernel clock, so the offset each measures must be zero within the uncertainty
+/// it reports; and the report reads the job.
+#[test]
+fn trace_clocks_across_hosts_agree_within_their_uncertainty() {
+    if !netns_available(&["ip"]) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("conflux-trace-netns-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().unwrap();
+    let out = cluster_with(2, 1, &[], &["conflux-check", "trace-overlap", "4", "4096", "5"], &[("CONFLUX_TRACE", d)]);
+    assert!(out.status.success(), "job failed:\n{}", text(&out));
+    for r in 0..2 {
+        let meta: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(format!("rank-{r}.json"))).unwrap()).unwrap();
+        let clock = &meta["clock"];
+        let (offset, within) = (clock["offset_ns"].as_i64().unwrap(), clock["uncertainty_ns"].as_i64().unwrap());
+        let method = if r == 0 { "same host" } else { "store ping-pong" };
+        assert_eq!(clock["method"], method, "rank {r}: {meta:#}");
+        assert!(offset.abs() <= within, "rank {r}: offset {offset} ns, uncertainty {within} ns");
+        if r == 1 {
+            assert!(within > 0 && within < 5_000_000, "rank 1: uncertainty {within} ns");
+        }
+    }
+    let rep = Command::new(CONFLUX).args(["trace", "report", d]).output().unwrap();
+    assert!(rep.status.success(), "{}", text(&rep));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use conflux::{with_dtype, Algo, Buffer, CommBuilder, Communicator, Config, Priority, ReduceOp};
+use conflux::{with_dtype, Algo, Buffer, CommBuilder, Communicator, Config, Priority, ReduceOp, TraceAs};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -21,9 +21,18 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
     ReduceOp::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown reduce op {name:?}")))
 }
 
-/// The `CONFLUX_*` settings, with the timeout (seconds) given here instead, if it is.
-fn config_with(timeout: Option<f64>) -> PyResult<Config> {
+/// A communicator's identity in the trace when it stands for a group of a larger job:
+/// (name, the members' global ranks, the job's size).
+type TraceAsArg = Option<(String, Vec<usize>, usize)>;
+
+/// The `CONFLUX_*` settings, with the timeout (seconds) and trace directory given here
+/// instead, if they are.
+fn config_with(timeout: Option<f64>, trace: Option<String>, trace_as: TraceAsArg) -> PyResult<Config> {
     let mut config = Config::from_env().map_err(py_err)?;
+    if let Some(dir) = trace.filter(|d| !d.is_empty()) {
+        config.trace = Some(dir.into());
+    }
+    config.trace_as = trace_as.map(|(name, ranks, world_size)| TraceAs { name, ranks, world_size });
     if let Some(t) = timeout {
         config.timeout = Duration::try_from_secs_f64(t)
             .ok()
@@ -50,26 +59,40 @@ fn issue<B: Send, T: Send + 'static>(
 #[pymethods]
 impl Comm {
     /// Joins the job the environment describes (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-    /// CONFLUX_*); `timeout` (seconds) overrides CONFLUX_TIMEOUT_S.
+    /// CONFLUX_*); `timeout` (seconds) overrides CONFLUX_TIMEOUT_S, `trace` (a directory)
+    /// CONFLUX_TRACE.
     #[staticmethod]
-    #[pyo3(signature = (timeout=None))]
-    fn from_env(py: Python<'_>, timeout: Option<f64>) -> PyResult<Comm> {
-        let config = config_with(timeout)?;
+    #[pyo3(signature = (timeout=None, trace=None))]
+    fn from_env(py: Python<'_>, timeout: Option<f64>, trace: Option<String>) -> PyResult<Comm> {
+        let config = config_with(timeout, trace, None)?;
         let inner = py.detach(|| Communicator::from_env_with(config)).map_err(py_err)?;
         Ok(Comm { inner })
     }
 
     /// Joins a job by explicit rank, size and store ("host:port"; rank 0 serves it).
     #[staticmethod]
-    #[pyo3(signature = (rank, size, store=None, timeout=None))]
-    fn create(py: Python<'_>, rank: usize, size: usize, store: Option<String>, timeout: Option<f64>) -> PyResult<Comm> {
-        let config = config_with(timeout)?;
+    #[pyo3(signature = (rank, size, store=None, timeout=None, trace=None, trace_as=None))]
+    fn create(
+        py: Python<'_>,
+        rank: usize,
+        size: usize,
+        store: Option<String>,
+        timeout: Option<f64>,
+        trace: Option<String>,
+        trace_as: TraceAsArg,
+    ) -> PyResult<Comm> {
+        let config = config_with(timeout, trace, trace_as)?;
         let mut b = CommBuilder::new(rank, size).config(config);
         if let Some(s) = store {
             b = b.store(s);
         }
         let inner = py.detach(|| b.build()).map_err(py_err)?;
         Ok(Comm { inner })
+    }
+
+    /// Marks the start of the next step in this rank's trace; its number, or None untraced.
+    fn mark_step(&self) -> Option<u64> {
+        self.inner.mark_step()
     }
 
     #[getter]

@@ -106,6 +106,14 @@ pub struct Config {
     /// Where each rank writes its flight recorder when a call times out or fails, besides
     /// stderr (`CONFLUX_DUMP_DIR`; unset, stderr only).
     pub dump_dir: Option<std::path::PathBuf>,
+    /// Where each rank writes its trace of every operation (`CONFLUX_TRACE=DIR`: the files
+    /// `DIR/rank-<r>.json` and `.bin`, read by `conflux trace report` and `merge`; see
+    /// trace/). Unset, nothing is recorded.
+    pub trace: Option<std::path::PathBuf>,
+    /// Who this communicator is in the trace when it is a job of its own standing for a group
+    /// of a larger one (each torch process group is its own conflux job): unset, its own ranks
+    /// and name.
+    pub trace_as: Option<TraceAs>,
     /// Follow every TCP message with a CRC32C of its payload, which the receiver checks
     /// (`CONFLUX_CHECKSUM=1`; off by default: TCP's own checksum catches most corruption, and
     /// this one costs a pass over the data on both sides). Each sender chooses for itself.
@@ -121,6 +129,17 @@ pub struct Config {
     /// The interface whose IPv4 address the data listeners bind to (`CONFLUX_SOCKET_IFNAME`,
     /// as NCCL_SOCKET_IFNAME); unset, the address this host uses to reach the store.
     pub socket_ifname: Option<String>,
+}
+
+/// A communicator's identity in the trace, when not its own (see `Config::trace_as`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceAs {
+    /// The name every member gives the group (e.g. torch's group name).
+    pub name: String,
+    /// The global rank of each member, in the communicator's rank order.
+    pub ranks: Vec<usize>,
+    /// The larger job's size.
+    pub world_size: usize,
 }
 
 impl Default for Config {
@@ -139,6 +158,8 @@ impl Default for Config {
             spin: None,
             bucket_bytes: 25 << 20,
             dump_dir: None,
+            trace: None,
+            trace_as: None,
             checksum: false,
             deterministic: false,
             job_token: None,
@@ -167,6 +188,7 @@ impl Config {
         c.tune_file = var("CONFLUX_TUNE_FILE").map(Into::into);
         c.node_id = var("CONFLUX_NODE_ID");
         c.dump_dir = var("CONFLUX_DUMP_DIR").map(Into::into);
+        c.trace = var("CONFLUX_TRACE").filter(|v| !v.is_empty()).map(Into::into);
         flag_var("CONFLUX_CHECKSUM", &mut c.checksum)?;
         flag_var("CONFLUX_DETERMINISTIC", &mut c.deterministic)?;
         size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;

@@ -16,20 +16,30 @@ until it completes. ``conflux.torch`` is the torch.distributed backend.
 from . import _buffers as _b
 from ._native import Comm as _Comm
 from ._native import Work
+from . import _native
 from .errors import ClosedError, CommTimeout, ConfluxError, InvalidArgument, MismatchError, PeerError
 
-__all__ = ["init", "Communicator", "Work", "ConfluxError", "InvalidArgument", "PeerError", "CommTimeout",
+__all__ = ["init", "mark_step", "Communicator", "Work", "ConfluxError", "InvalidArgument", "PeerError", "CommTimeout",
            "MismatchError", "ClosedError"]
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg", "band", "bor", "bxor")
 
 
-def init(rank=None, size=None, store=None, timeout=None):
+def init(rank=None, size=None, store=None, timeout=None, trace=None):
     """Joins a job: from the environment when `rank` is None, else by rank, size and store
-    ("host:port", served by rank 0). `timeout` (seconds) bounds every wait."""
+    ("host:port", served by rank 0). `timeout` (seconds) bounds every wait. `trace` (a
+    directory, as CONFLUX_TRACE) records every operation there for `conflux trace report`."""
+    trace = None if trace is None else str(trace)
     if rank is None:
-        return Communicator(_Comm.from_env(timeout))
-    return Communicator(_Comm.create(rank, size, store, timeout))
+        return Communicator(_Comm.from_env(timeout, trace))
+    return Communicator(_Comm.create(rank, size, store, timeout, trace))
+
+
+def mark_step():
+    """Marks the start of the next step (training iteration) in this process's trace, so that
+    `conflux trace report` breaks steps down into computation and communication. Does nothing
+    when nothing is traced; returns how many ranks' traces it marked (0 or 1, usually)."""
+    return _native.mark_step()
 
 
 def _op(op, dtype):
@@ -130,6 +140,11 @@ class Communicator:
             return work
         work.wait()
         return work.source
+
+    def mark_step(self):
+        """Marks the start of the next step in this rank's trace (see `conflux.mark_step`);
+        returns the step's number, or None when the communicator is not traced."""
+        return self._c.mark_step()
 
     def barrier(self, async_op=False):
         return self._issue(self._c.barrier, (), async_op)

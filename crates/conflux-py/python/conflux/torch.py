@@ -50,7 +50,22 @@ def register():
 
 def _create(opts, backend_options):
     timeout = opts.timeout.total_seconds() if isinstance(opts.timeout, timedelta) else None
-    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout)
+    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts))
+
+
+def _trace_as(opts):
+    """Who this group is in a trace (CONFLUX_TRACE): each process group is a conflux job of
+    its own, so its trace is told the members' ranks in the whole job and a name they share."""
+    ranks = list(getattr(opts, "global_ranks_in_group", None) or range(opts.group_size))
+    world = dist.get_world_size() if dist.is_initialized() else opts.group_size
+    return (f"torch:{getattr(opts, 'group_id', '') or 'default'}", ranks, world)
+
+
+def mark_steps(optimizer):
+    """Marks a step in the trace each time `optimizer.step()` finishes (the documented
+    one-line hook: ``conflux.torch.mark_steps(opt)``); returns the hook's handle."""
+    from . import mark_step
+    return optimizer.register_step_post_hook(lambda *_: mark_step())
 
 
 # The per-call helpers below run on every collective: an 8-byte all_reduce spends more time
@@ -286,9 +301,9 @@ def _raise_errors(source):
 class ConfluxBackend(_C10dBackend):
     """torch.distributed's view of one conflux communicator."""
 
-    def __init__(self, store, rank, size, timeout=None):
+    def __init__(self, store, rank, size, timeout=None, trace_as=None):
         super().__init__(rank, size)
-        self._comm = _Comm.create(rank, size, store_address(store, rank, size), timeout)
+        self._comm = _Comm.create(rank, size, store_address(store, rank, size), timeout, None, trace_as)
 
     def getBackendName(self):
         return NAME
@@ -550,6 +565,43 @@ class ConfluxBackend(_C10dBackend):
             if t.numel() != like.numel() or t.dtype != like.dtype:
                 raise InvalidArgument(f"{what}: a tensor of {t.numel()} {t.dtype} where "
                                       f"{like.numel()} {like.dtype} was expected")
+
+
+def _nbytes(x):
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(y) for y in x)
+    return 0
+
+
+def _profiled(name, method):
+    """`method`, seen by torch.profiler as a range "conflux:<name>" with its bytes, so that
+    collectives line up with computation in torch's own trace; one cheap check when off."""
+    label = f"conflux:{name}"
+    enabled = torch.autograd._profiler_enabled
+
+    def run(self, *args, **kwargs):
+        if not enabled():
+            return method(self, *args, **kwargs)
+        with torch.autograd.profiler.record_function(label, f"bytes={_nbytes(args[:2])}"):
+            return method(self, *args, **kwargs)
+
+    run.__name__ = method.__name__
+    run.__doc__ = method.__doc__
+    return run
+
+
+for _method, _name in [("allreduce", "all_reduce"), ("allreduce_coalesced", "all_reduce_coalesced"),
+                       ("reduce", "reduce"), ("broadcast", "broadcast"), ("allgather", "all_gather"),
+                       ("allgather_coalesced", "all_gather_coalesced"), ("all_gather_single", "all_gather"),
+                       ("all_gather_single_coalesced", "all_gather_coalesced"),
+                       ("reduce_scatter", "reduce_scatter"), ("reduce_scatter_single", "reduce_scatter"),
+                       ("reduce_scatter_single_coalesced", "reduce_scatter_coalesced"),
+                       ("alltoall", "all_to_all"), ("all_to_all_single", "all_to_all"), ("gather", "gather"),
+                       ("scatter", "scatter"), ("send", "send"), ("recv", "recv"),
+                       ("recv_anysource", "recv"), ("barrier", "barrier")]:
+    setattr(ConfluxBackend, _method, _profiled(_name, getattr(ConfluxBackend, _method)))
 
 
 class _Async:

@@ -20,9 +20,11 @@ use super::ops::Plan;
 use super::planner::Planner;
 use super::recorder::Recorder;
 use super::session::Session;
+use super::traced::{self, CommTrace};
 use crate::algo::select::{Model, ModelSource, Topo};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::trace::writer::{LaneTrace, Tracer};
 use crate::transport::wait::{Waiter, Watch};
 use crate::transport::Transport;
 
@@ -77,6 +79,41 @@ pub(crate) struct Core {
     pub model_source: ModelSource,
     /// The communicator the session was opened for; its shutdown says the process's goodbye.
     root: bool,
+    /// Its rank's tracer, when traced (`Config::trace`).
+    pub trace: Option<CommTrace>,
+}
+
+/// Registers the communicator `name` of global ranks `world` (this rank `rank`) with its
+/// rank's tracer in `dir` and gives each lane its record buffer. The job's own communicator
+/// (`root`) also puts the rank's clock on rank 0's.
+fn open_trace(
+    dir: &std::path::Path,
+    session: &Session,
+    (name, world, rank): (&str, &[usize], usize),
+    topo: &Topo,
+    lanes: &[Lane],
+    config: &Config,
+    root: bool,
+) -> Result<CommTrace> {
+    let host = bootstrap::node_id(config);
+    let (name, world, world_size) = match &config.trace_as {
+        Some(a) if a.ranks.len() == world.len() => (a.name.as_str(), &a.ranks[..], a.world_size),
+        _ => (name, world, session.world_size),
+    };
+    let tracer = Tracer::open(dir, world[rank], world_size, &host)
+        .map_err(|e| Error::setup(format!("opening the trace in {}", dir.display()), e))?;
+    let comm = tracer.add_comm(name, world, rank, traced::link_of(topo));
+    if root && !tracer.clock_known() {
+        // On rank 0's host it is the same clock; elsewhere, measured through the store. A job
+        // standing for a group (torch's) measures against the group's rank 0: only the first
+        // job of the process, the whole one, sets the clock.
+        let on_rank0_host = world[0] == 0 && topo.nodes.iter().any(|n| n.contains(&0) && n.contains(&rank));
+        tracer.set_clock(traced::clock(session.store.as_ref().map(|(s, _)| s), on_rank0_host));
+    }
+    for (i, lane) in lanes.iter().enumerate() {
+        lane.engine.lane_state().trace = Some(LaneTrace::new(tracer.clone(), comm, i as u8));
+    }
+    Ok(CommTrace { tracer, comm })
 }
 
 /// The cost model of a new communicator and where it came from: as `build` settled it (an
@@ -169,11 +206,17 @@ impl Core {
             let state = LaneState::new(transport, Planner::new(lane_topo, model), recorder);
             let (engine, thread) = Engine::start(state, world[rank], lane)?;
             let deterministic = config.deterministic;
-            let plan = Plan { rank, size, timeout: config.timeout, algo: config.algo, call_algo: None, deterministic };
+            let timeout = config.timeout;
+            let plan = Plan { rank, size, timeout, algo: config.algo, call_algo: None, deterministic, issue: None };
             lanes.push(Lane { plan, engine, thread: Mutex::new(Some(thread)) });
         }
         tracing::info!(prefix, rank, size, local_size, "communicator ready");
+        let trace = match &config.trace {
+            Some(dir) => Some(open_trace(dir, &session, (&prefix, &world, rank), &topo, &lanes, &config, root)?),
+            None => None,
+        };
         Ok(Core {
+            trace,
             session,
             prefix,
             world,
@@ -248,12 +291,18 @@ impl Core {
                 }
             }
             let mut state = lane.engine.lane_state();
+            if let Some(lt) = &mut state.trace {
+                lt.flush();
+            }
             let t = &mut state.t;
             t.finish_sockets();
             if let Some(m) = &mut t.waiter.live.monitor {
                 m.goodbye();
             }
             all_drained &= drained;
+        }
+        if let Some(ct) = &self.trace {
+            ct.tracer.flush();
         }
         if self.root {
             self.session.goodbye();

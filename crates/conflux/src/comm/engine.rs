@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use super::lane::LaneState;
 use super::recorder::Recorder;
 use crate::error::{Error, Result};
+use crate::trace::writer::Tracer;
 use crate::transport::wait::SelfWake;
 
 type Job = Box<dyn FnOnce(&mut LaneState) + Send>;
@@ -317,6 +318,8 @@ pub struct Work<T> {
     /// For a posted send or receive: the engine whose transport carries it, so that `wait`
     /// can drive it on the waiting thread.
     driver: Option<Weak<Engine>>,
+    /// A traced operation's tracer and number there: the caller's waits are recorded.
+    trace: Option<(Arc<Tracer>, u64)>,
 }
 
 /// The engine's end of a `Work`. Dropped without completing (its job panicked, or never ran
@@ -367,12 +370,18 @@ impl<T> Drop for Completer<T> {
 impl<T> Work<T> {
     pub(crate) fn new(what: String) -> (Work<T>, Completer<T>) {
         let state = Arc::new((Mutex::new(Done { result: None, callback: None }), Condvar::new()));
-        (Work { state: state.clone(), what, driver: None }, Completer(Some(state)))
+        (Work { state: state.clone(), what, driver: None, trace: None }, Completer(Some(state)))
     }
 
     /// Lets `wait` drive the transfer on `engine`'s transport itself (see `Engine::drive_until`).
     pub(crate) fn driven_by(mut self, engine: &Arc<Engine>) -> Work<T> {
         self.driver = Some(Arc::downgrade(engine));
+        self
+    }
+
+    /// Records the caller's waits on this operation, number `id` in `tracer`'s trace.
+    pub(crate) fn traced(mut self, tracer: Arc<Tracer>, id: u64) -> Work<T> {
+        self.trace = Some((tracer, id));
         self
     }
 
@@ -404,6 +413,7 @@ impl<T> Work<T> {
 
     /// Waits for the operation and returns its result. The operation's own deadline bounds this.
     pub fn wait(self) -> Result<T> {
+        let _wait = WaitTrace::begin(&self.trace);
         if let Some(engine) = self.driver.as_ref().filter(|_| !self.is_completed()).and_then(Weak::upgrade) {
             engine.drive_until(|| self.is_completed());
         }
@@ -422,6 +432,7 @@ impl<T> Work<T> {
     pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, (Work<T>, Error)> {
         let deadline = Instant::now() + timeout;
         {
+            let _wait = WaitTrace::begin(&self.trace);
             let (m, cv) = &*self.state;
             let mut g = lock(m);
             loop {
@@ -437,6 +448,23 @@ impl<T> Work<T> {
         }
         let err = Error::WaitTimeout { op: self.what.clone(), secs: timeout.as_secs_f64() };
         Err((self, err))
+    }
+}
+
+/// Records, when dropped, that the caller waited for a traced operation since it was made.
+struct WaitTrace<'a>(Option<(&'a Tracer, u64, Instant)>);
+
+impl<'a> WaitTrace<'a> {
+    fn begin(trace: &'a Option<(Arc<Tracer>, u64)>) -> WaitTrace<'a> {
+        WaitTrace(trace.as_ref().map(|(t, id)| (&**t, *id, Instant::now())))
+    }
+}
+
+impl Drop for WaitTrace<'_> {
+    fn drop(&mut self) {
+        if let Some((tracer, id, began)) = self.0 {
+            super::traced::waited(tracer, id, began);
+        }
     }
 }
 

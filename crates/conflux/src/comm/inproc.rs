@@ -59,6 +59,7 @@ pub(crate) fn with_ranks<R: Send>(
                         algo: AlgoSpec::default(),
                         call_algo: algo,
                         deterministic: false,
+                        issue: None,
                     };
                     body(&mut st, &plan)
                 })

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::planner::Planner;
 use super::recorder::{CallLog, Recorder};
+use crate::trace::writer::LaneTrace;
 use crate::transport::{Posted, Transport};
 
 /// The calls a lane has made: numbered alike on every rank (the tags of their messages),
@@ -38,12 +39,14 @@ pub(crate) struct LaneState {
     /// Kept between calls for algorithms that stage a message in one buffer, so its pages
     /// are faulted in once, not every call.
     pub staging: Vec<u8>,
+    /// This lane's trace records, when the communicator is traced.
+    pub trace: Option<LaneTrace>,
 }
 
 impl LaneState {
     pub fn new(t: Transport, planner: Planner, recorder: Arc<Recorder>) -> LaneState {
         let calls = CallContext { seq: 0, log: CallLog::default(), recorder };
-        LaneState { t, calls, planner, staging: Vec::new() }
+        LaneState { t, calls, planner, staging: Vec::new(), trace: None }
     }
 
     /// See `CallContext::record_failure`.

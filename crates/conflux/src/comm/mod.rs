@@ -24,6 +24,7 @@ mod planner;
 mod recorder;
 mod session;
 mod shrink;
+mod traced;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,6 +46,7 @@ use engine::Completer;
 use lane::LaneState;
 use ops::Plan;
 use session::Session;
+use traced::{Issue, PostedTrace};
 
 /// Explicit construction: rank, size, store address and options.
 #[derive(Debug, Clone)]
@@ -68,6 +70,12 @@ impl CommBuilder {
     /// Every blocking wait's deadline (default 600 s).
     pub fn timeout(mut self, timeout: Duration) -> CommBuilder {
         self.config.timeout = timeout;
+        self
+    }
+    /// Records every operation of this communicator (and the sub-groups made from it) to
+    /// `dir`, as `CONFLUX_TRACE=dir` does (see `Config::trace`).
+    pub fn trace(mut self, dir: impl Into<std::path::PathBuf>) -> CommBuilder {
+        self.config.trace = Some(dir.into());
         self
     }
     /// All tunables at once (e.g. `Config::from_env()?`).
@@ -262,7 +270,10 @@ impl Communicator {
         self.usable()?;
         let lane = self.lane();
         let _busy = HighBusy::new(HighBusy::counter(&self.core, self.lane));
-        let plan = self.plan();
+        let mut plan = self.plan();
+        if let Some(ct) = &self.core.trace {
+            plan.issue = Some(Issue::now(&ct.tracer, false));
+        }
         lane.engine.run_inline(|t| ops::run(t, &plan, coll, dtype))
     }
 
@@ -276,7 +287,15 @@ impl Communicator {
             done.complete(Err(e));
             return work;
         }
-        let plan = self.plan();
+        let mut plan = self.plan();
+        let work = match &self.core.trace {
+            Some(ct) => {
+                let issue = Issue::now(&ct.tracer, true);
+                plan.issue = Some(issue);
+                work.traced(ct.tracer.clone(), issue.id)
+            }
+            None => work,
+        };
         // Not the core itself: a job holding the last reference would tear the communicator
         // down on its own engine thread, which then waits for itself (and says no goodbye).
         let busy = HighBusy::counter(&self.core, self.lane);
@@ -548,7 +567,8 @@ impl Communicator {
             return work;
         }
         let deadline = Instant::now() + self.timeout();
-        let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, peer| (b, peer) });
+        let (work, trace) = self.posted_trace(work, false, &buf);
+        let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, peer| (b, peer), trace });
         self.lane().engine.submit(
             what,
             Box::new(move |t| {
@@ -574,12 +594,38 @@ impl Communicator {
             return work;
         }
         let deadline = Instant::now() + self.timeout();
-        let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, _| b });
+        let (work, trace) = self.posted_trace(work, send, &buf);
+        let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, _| b, trace });
         self.lane().engine.run_now_or_submit(
             what,
             Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))),
         );
         work
+    }
+
+    /// A traced communicator's record of a send or receive about to be posted, and its handle
+    /// made to record the caller's waits.
+    fn posted_trace<T, B: Buffer>(&self, work: Work<T>, send: bool, buf: &B) -> (Work<T>, Option<PostedTrace>) {
+        let Some(ct) = &self.core.trace else { return (work, None) };
+        let issue = Issue::now(&ct.tracer, true);
+        let trace = PostedTrace {
+            tracer: ct.tracer.clone(),
+            comm: ct.comm,
+            lane: self.lane as u8,
+            issue,
+            send,
+            dtype: <B::Elem as Element>::DTYPE,
+            bytes: std::mem::size_of_val(buf.as_slice()),
+        };
+        (work.traced(ct.tracer.clone(), issue.id), Some(trace))
+    }
+
+    /// Marks the start of the next step (an iteration of the training loop) in this rank's
+    /// trace, so that `conflux trace report` can break each step down into computation and
+    /// communication; returns the step's number, or None when the communicator is not traced.
+    /// Every communicator of a rank shares one trace: mark steps through one of them.
+    pub fn mark_step(&self) -> Option<u64> {
+        self.core.trace.as_ref().map(|ct| ct.tracer.mark_step())
     }
 
     /// Returns once every rank has entered the barrier.
@@ -617,6 +663,7 @@ struct PostedOwned<B: Buffer, R> {
     done: Completer<R>,
     what: String,
     make: fn(B, usize) -> R,
+    trace: Option<PostedTrace>,
 }
 
 impl<B: Buffer, R: Send> PostedBuf for PostedOwned<B, R> {
@@ -627,7 +674,10 @@ impl<B: Buffer, R: Send> PostedBuf for PostedOwned<B, R> {
         bytemuck::cast_slice_mut(self.buf.as_mut_slice())
     }
     fn finish(self: Box<Self>, r: std::result::Result<usize, LinkError>) {
-        let PostedOwned { buf, done, what, make } = *self;
+        let PostedOwned { buf, done, what, make, trace } = *self;
+        if let Some(tr) = trace {
+            tr.finished(r.as_ref().ok().copied());
+        }
         done.complete(r.map(|peer| make(buf, peer)).map_err(|source| Error::Link { op: what, source }));
     }
 }

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::lane::LaneState;
 use super::recorder::What;
+use super::traced::{self, Issue, Ran};
 use crate::algo::coll::Coll;
 use crate::algo::select::Call;
 use crate::algo::{pairwise, table, Algo, Ctx, OpKind, Step};
@@ -28,6 +29,8 @@ pub(crate) struct Plan {
     pub call_algo: Option<Algo>,
     /// Floating-point reductions in rank order (`Config::deterministic`, algo/ordered.rs).
     pub deterministic: bool,
+    /// When and where the caller issued this call, if the communicator is traced.
+    pub issue: Option<Issue>,
 }
 
 /// A call as a person reads it in an error message: `all_reduce(float x 1024, sum)`.
@@ -147,9 +150,10 @@ pub(crate) fn run(st: &mut LaneState, plan: &Plan, coll: Coll<'_>, dtype: DataTy
     // In deterministic mode a floating-point reduction has one schedule, whatever is forced.
     let ordered = plan.deterministic && plan.size > 1 && dtype.is_float() && coll.op().is_some();
     let invalid = |why: String| Error::InvalidArgument(format!("{}: {why}", Describe(&coll, dtype)));
-    let row = match coll.call(dtype) {
+    let shape = coll.call(dtype);
+    let row = match &shape {
         Some(_) if ordered => None,
-        Some(call) => Some(st.planner.pick(plan, &call).map_err(invalid)?),
+        Some(call) => Some(st.planner.pick(plan, call).map_err(invalid)?),
         None => None,
     };
     let started = Instant::now();
@@ -194,5 +198,10 @@ pub(crate) fn run(st: &mut LaneState, plan: &Plan, coll: Coll<'_>, dtype: DataTy
     }
     calls.record_failure(t);
     calls.log.ended(mark, r.is_ok());
+    if let Some(lt) = &mut st.trace {
+        let issue = plan.issue.unwrap_or_else(|| Issue { at: started, ..Issue::now(lt.tracer(), false) });
+        let ran = Ran { seq: calls.seq, algo: row.map(|r| r.algo), started, ok: r.is_ok() };
+        lt.push(traced::op_record(&issue, &coll, shape.as_ref(), dtype, &ran));
+    }
     r.map_err(|source| Error::Link { op: Describe(&coll, dtype).to_string(), source })
 }

@@ -98,6 +98,16 @@ impl StoreClient {
         }
     }
 
+    /// The store server's CLOCK_MONOTONIC in nanoseconds (rank 0 serves the store: its clock).
+    pub fn server_clock_ns(&self) -> Result<u64, StoreError> {
+        let body = self.request(&Enc::new(kind::CLOCK).finish(), Duration::ZERO)?;
+        let mut d = Dec::new(&body)?;
+        match d.kind {
+            kind::INT => Ok(d.u64()?),
+            k => Err(wire::bad(&format!("unexpected reply {k} to clock"))),
+        }
+    }
+
     /// The ranks that have left the job: their process died or said goodbye (sorted).
     pub fn gone(&self) -> Result<Vec<usize>, StoreError> {
         let body = self.request(&Enc::new(kind::GONE).finish(), Duration::ZERO)?;

@@ -192,6 +192,11 @@ fn handle(
 ) -> Result<Option<Vec<u8>>, StoreError> {
     let mut d = Dec::new(body)?;
     match d.kind {
+        kind::CLOCK => {
+            let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+            let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            Ok(Some(Enc::new(kind::INT).u64(ns).finish()))
+        }
         kind::SET => {
             let (k, v) = (d.str()?.to_string(), d.bytes()?.to_vec());
             shared.lock().kv.insert(k, v);

@@ -17,6 +17,8 @@ pub mod kind {
     pub const FAILURE: u8 = 6;
     pub const GOODBYE: u8 = 7;
     pub const GONE: u8 = 8;
+    /// The server's CLOCK_MONOTONIC, for traces to put every rank on one clock.
+    pub const CLOCK: u8 = 9;
     // Replies and events.
     pub const OK: u8 = 64;
     pub const VALUE: u8 = 65;

@@ -146,6 +146,11 @@ impl Tracer {
         id
     }
 
+    /// Whether a communicator already put this rank's clock on rank 0's.
+    pub fn clock_known(&self) -> bool {
+        lock(&self.meta).meta.clock.method != "unmeasured"
+    }
+
     /// How this rank's clock relates to rank 0's.
     pub fn set_clock(&self, clock: Clock) {
         let mut m = lock(&self.meta);

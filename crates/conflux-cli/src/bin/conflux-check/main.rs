@@ -12,6 +12,7 @@ mod groups;
 mod ordered;
 mod shrink;
 mod stuck;
+mod trace;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -687,6 +688,9 @@ fn main() -> ExitCode {
             algos::scenario_algos(comm, scenario == "algos-quick", &must)
         }
         "group-mismatch" => return groups::scenario_group_mismatch(comm),
+        "trace-steps" => trace::scenario_steps(comm, &args),
+        "trace-overlap" => trace::scenario_overlap(comm, &args),
+        "trace-kill" => return trace::scenario_kill(comm, &args),
         "fusion" => {
             // Bitwise agreement is promised where every rank reduces in rank order: the direct
             // shared-segment algorithm, used when all ranks share one host and ring is not forced.
@@ -702,7 +706,7 @@ fn main() -> ExitCode {
         other => {
             eprintln!(
                 "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK [ELEMS [send]]], send-and-leave [BYTES], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
-                 groups, group-mismatch, fusion, priority [ELEMS])"
+                 groups, group-mismatch, fusion, priority [ELEMS], trace-steps [SLOW SLOW_MS BASE_MS STEPS ELEMS], trace-overlap [STEPS ELEMS MS], trace-kill [RANK AFTER])"
             );
             return ExitCode::from(2);
         }
