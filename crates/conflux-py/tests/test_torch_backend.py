@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from conftest import WORKERS, free_port, launch, ok, spawn
+from conftest import WORKERS, conflux_bin, free_port, launch, ok, spawn
 
 
 @pytest.mark.parametrize("n,quick", [(1, False), (2, False), (3, False), (4, True)])
@@ -70,3 +70,30 @@ def test_a_failed_rank_is_named_on_the_others(mode):
         else:
             assert float(secs) < 10, f"rank {r} took {secs}s to notice (timeout is 60 s)"
     assert wall < 60
+
+
+def _trace_report(directory):
+    import json
+    import subprocess
+    out = subprocess.run([conflux_bin(), "trace", "report", str(directory), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("front", ["torch", "numpy"])
+def test_a_traced_job_reports_its_steps_and_operations(tmp_path, front):
+    trace = tmp_path / "trace"
+    out = ok(launch(WORKERS / "traced.py", 3, front, tmp_path, env={"CONFLUX_TRACE": str(trace)}))
+    assert out.count("traced ok") == 3
+    rep = _trace_report(trace)
+    assert rep["ranks"] == 3
+    assert rep["steps"]["count"] >= 3 * 8, rep["steps"]
+    rows = [r for r in rep["ops"] if r["op"] == "all_reduce"]
+    assert sum(r["count"] for r in rows) >= 3 * 9, rows
+    if front == "torch":
+        # Each torch process group is its own conflux job, named in the trace by torch's group.
+        import json
+        metas = [json.loads((trace / f"rank-{r}.json").read_text()) for r in range(3)]
+        names = [sorted(c["name"] for c in m["comms"]) for m in metas]
+        assert len(names[0]) == 2 and names[0] == names[1] and len(names[2]) == 1, names
+        assert all(c["ranks"] == [0, 1] for c in metas[0]["comms"] if c["name"] != metas[2]["comms"][0]["name"])
