@@ -10,7 +10,7 @@ CONFLUX="${CONFLUX:-$root/target/release/conflux}"
 SIZES="${SIZES:-2 3}"
 
 examples=(all_reduce all_gather reduce_scatter all_to_all new_group
-          fused_gradients async_overlap pipeline gradient_averaging)
+          fused_gradients async_overlap pipeline gradient_averaging traced_ddp)
 
 passed=0
 failed=()

@@ -17,6 +17,7 @@ type Source = Option<usize>;
 /// A conflux Work, with its value reduced to what Python needs of it.
 trait Pending: Send {
     fn is_completed(&self) -> bool;
+    fn awaited_elsewhere(&self);
     fn wait(self: Box<Self>) -> conflux::Result<Source>;
     /// `Err` gives the handle back: the wait timed out, the operation goes on.
     fn wait_for(self: Box<Self>, d: Duration) -> Result<conflux::Result<Source>, (Box<dyn Pending>, conflux::Error)>;
@@ -30,6 +31,9 @@ struct Held<T> {
 impl<T: Send + 'static> Pending for Held<T> {
     fn is_completed(&self) -> bool {
         self.work.is_completed()
+    }
+    fn awaited_elsewhere(&self) {
+        self.work.awaited_elsewhere()
     }
     fn wait(self: Box<Self>) -> conflux::Result<Source> {
         let source = self.source;
@@ -175,6 +179,14 @@ impl Work {
             c.run_or_await(py);
         }
         outcome.map(|_| true).map_err(py_err)
+    }
+
+    /// Says the caller will wait for this operation where conflux cannot see (a torch future,
+    /// as DDP waits), so that a trace estimates the wait at the next `sync_point()`.
+    fn awaited_elsewhere(&self) {
+        if let State::Pending(p) = &*self.lock() {
+            p.awaited_elsewhere();
+        }
     }
 
     /// Whether the operation has completed and its callback has run: the Python API's

@@ -22,14 +22,18 @@ fn time_steps(
     iters: usize,
     mut step: impl FnMut() -> conflux::Result<()>,
 ) -> conflux::Result<f64> {
+    // Each step is marked for the trace (CONFLUX_TRACE), whose report breaks it down.
     for _ in 0..warmup {
+        comm.mark_step();
         step()?;
     }
     comm.barrier()?;
     let t = Instant::now();
     for _ in 0..iters {
+        comm.mark_step();
         step()?;
     }
+    comm.mark_step();
     slowest(comm, t.elapsed().as_secs_f64() / iters as f64)
 }
 

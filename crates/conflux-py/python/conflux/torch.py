@@ -63,9 +63,17 @@ def _trace_as(opts):
 
 def mark_steps(optimizer):
     """Marks a step in the trace each time `optimizer.step()` finishes (the documented
-    one-line hook: ``conflux.torch.mark_steps(opt)``); returns the hook's handle."""
-    from . import mark_step
-    return optimizer.register_step_post_hook(lambda *_: mark_step())
+    one-line hook: ``conflux.torch.mark_steps(opt)``); returns the hooks' handles.
+
+    It also tells the trace, as the optimizer starts, that every operation whose torch future
+    was taken (DDP's buckets) has been waited for: DDP waits on those futures inside torch's
+    C++, where conflux cannot see, so the trace counts the caller as blocked from the last such
+    operation's issue to the last end of one (after DDP's last bucket is issued, backward has
+    nothing left to overlap with it)."""
+    from . import _native, mark_step
+    pre = optimizer.register_step_pre_hook(lambda *_: _native.sync_point())
+    post = optimizer.register_step_post_hook(lambda *_: mark_step())
+    return pre, post
 
 
 # The per-call helpers below run on every collective: an 8-byte all_reduce spends more time
@@ -272,6 +280,8 @@ class ConfluxWork(dist._Work):
         # future's own, kept by torch in C++ and raised by every wrapper (as a RuntimeError,
         # as gloo's errors are). Settled under the lock: nothing but `_raise_errors` is chained
         # on it yet, and no thread gets it unsettled.
+        for w in self._natives:
+            w.awaited_elsewhere()  # for the trace: waited in C++ (see mark_steps)
         with self._lock:
             if self._future is None:
                 self._source = torch.futures.Future()

@@ -318,8 +318,9 @@ pub struct Work<T> {
     /// For a posted send or receive: the engine whose transport carries it, so that `wait`
     /// can drive it on the waiting thread.
     driver: Option<Weak<Engine>>,
-    /// A traced operation's tracer and number there: the caller's waits are recorded.
-    trace: Option<(Arc<Tracer>, u64)>,
+    /// A traced operation's tracer, number there and issue time: the caller's waits are
+    /// recorded.
+    trace: Option<(Arc<Tracer>, u64, Instant)>,
 }
 
 /// The engine's end of a `Work`. Dropped without completing (its job panicked, or never ran
@@ -380,9 +381,18 @@ impl<T> Work<T> {
     }
 
     /// Records the caller's waits on this operation, number `id` in `tracer`'s trace.
-    pub(crate) fn traced(mut self, tracer: Arc<Tracer>, id: u64) -> Work<T> {
-        self.trace = Some((tracer, id));
+    pub(crate) fn traced(mut self, tracer: Arc<Tracer>, id: u64, issued: Instant) -> Work<T> {
+        self.trace = Some((tracer, id, issued));
         self
+    }
+
+    /// Says that the caller will wait for this operation where conflux cannot see it (a torch
+    /// future waited in C++, as DDP does): a traced communicator then estimates that wait at
+    /// the next sync point (`conflux::trace::sync_point_everywhere`). Nothing when untraced.
+    pub fn awaited_elsewhere(&self) {
+        if let Some((tracer, _, issued)) = &self.trace {
+            tracer.awaited_elsewhere(crate::trace::writer::ns(*issued));
+        }
     }
 
     /// What the operation is, as errors name it.
@@ -413,7 +423,7 @@ impl<T> Work<T> {
 
     /// Waits for the operation and returns its result. The operation's own deadline bounds this.
     pub fn wait(self) -> Result<T> {
-        let _wait = WaitTrace::begin(&self.trace);
+        let _wait = WaitTrace::begin(&self.trace, self.trace.is_some() && self.is_completed());
         if let Some(engine) = self.driver.as_ref().filter(|_| !self.is_completed()).and_then(Weak::upgrade) {
             engine.drive_until(|| self.is_completed());
         }
@@ -432,7 +442,7 @@ impl<T> Work<T> {
     pub fn wait_timeout(self, timeout: Duration) -> std::result::Result<Result<T>, (Work<T>, Error)> {
         let deadline = Instant::now() + timeout;
         {
-            let _wait = WaitTrace::begin(&self.trace);
+            let _wait = WaitTrace::begin(&self.trace, self.trace.is_some() && self.is_completed());
             let (m, cv) = &*self.state;
             let mut g = lock(m);
             loop {
@@ -455,8 +465,10 @@ impl<T> Work<T> {
 struct WaitTrace<'a>(Option<(&'a Tracer, u64, Instant)>);
 
 impl<'a> WaitTrace<'a> {
-    fn begin(trace: &'a Option<(Arc<Tracer>, u64)>) -> WaitTrace<'a> {
-        WaitTrace(trace.as_ref().map(|(t, id)| (&**t, *id, Instant::now())))
+    /// Nothing is recorded for an operation already `done`: its wait blocked nobody (torch's
+    /// layer collects every result that way, from whichever thread completes its Work).
+    fn begin(trace: &'a Option<(Arc<Tracer>, u64, Instant)>, done: bool) -> WaitTrace<'a> {
+        WaitTrace(trace.as_ref().filter(|_| !done).map(|(t, id, _)| (&**t, *id, Instant::now())))
     }
 }
 

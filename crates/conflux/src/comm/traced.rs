@@ -153,6 +153,7 @@ impl PostedTrace {
             ended: ns(Instant::now()),
             ..blank()
         };
+        self.tracer.async_ended(r.ended);
         self.tracer.side_record(r);
     }
 }

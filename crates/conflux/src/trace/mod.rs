@@ -17,4 +17,4 @@ pub mod writer;
 
 pub use read::{read_dir, OpRecord, RankTrace, ReadError, StepMark, WaitRecord};
 pub use record::Op;
-pub use writer::mark_step_everywhere;
+pub use writer::{mark_step_everywhere, sync_point_everywhere, SYNC_OP};

@@ -82,7 +82,17 @@ pub struct Tracer {
     next_step: AtomicU64,
     /// Records from callers' threads (waits, steps), shared by all of them.
     side: Mutex<Vec<Raw>>,
+    /// The last issue of an asynchronous operation awaited where conflux cannot see
+    /// (`awaited_elsewhere`), the latest end of any, and the last sync point (`sync_point`),
+    /// in trace nanoseconds.
+    elsewhere_issued: AtomicU64,
+    async_ended: AtomicU64,
+    synced: AtomicU64,
 }
+
+/// The operation number of a WAIT record that `sync_point` estimated: every asynchronous
+/// operation issued before it.
+pub const SYNC_OP: u64 = u64::MAX;
 
 struct Sink {
     file: File,
@@ -126,6 +136,9 @@ impl Tracer {
             next_op: AtomicU64::new(0),
             next_step: AtomicU64::new(0),
             side: Mutex::new(Vec::with_capacity(BATCH)),
+            elsewhere_issued: AtomicU64::new(0),
+            async_ended: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
         });
         t.write_meta(&mut lock(&t.meta))?;
         all.push(Arc::downgrade(&t));
@@ -175,6 +188,33 @@ impl Tracer {
         self.append(&side);
         side.clear();
         step
+    }
+
+    /// An asynchronous operation issued at `at` will be awaited where conflux cannot see (a
+    /// torch future, waited in C++); the next `sync_point` estimates that wait.
+    pub fn awaited_elsewhere(&self, at: u64) {
+        self.elsewhere_issued.fetch_max(at, Ordering::Relaxed);
+    }
+
+    /// An asynchronous operation ended at `at`.
+    #[inline]
+    pub fn async_ended(&self, at: u64) {
+        self.async_ended.fetch_max(at, Ordering::Relaxed);
+    }
+
+    /// Every operation `awaited_elsewhere` so far has been waited for (torch's DDP waits for
+    /// its buckets' futures inside C++, before the optimizer steps). Records the estimated
+    /// wait: from the last one's issue — after it, the caller had nothing left to overlap — to
+    /// the latest end of an asynchronous operation. Nothing if no such operation was issued
+    /// since the last sync point.
+    pub fn sync_point(&self) {
+        let issued = self.elsewhere_issued.load(Ordering::Relaxed);
+        if issued == 0 || self.synced.swap(issued, Ordering::Relaxed) == issued {
+            return;
+        }
+        let ended = self.async_ended.load(Ordering::Relaxed).max(issued);
+        let r = Raw { kind: kind::WAIT, thread: thread_id(), id: SYNC_OP, issued, ended, ..blank() };
+        self.side_record(r);
     }
 
     /// A caller thread's record (a wait).
@@ -248,11 +288,22 @@ impl Drop for Tracer {
 /// Marks the start of the next step on every rank this process traces (Python's
 /// `conflux.mark_step()`); returns how many tracers marked it.
 pub fn mark_step_everywhere() -> usize {
-    let live: Vec<Arc<Tracer>> = lock(&TRACERS).iter().filter_map(Weak::upgrade).collect();
+    let live = live_tracers();
     for t in &live {
         t.mark_step();
     }
     live.len()
+}
+
+/// `Tracer::sync_point` on every rank this process traces (conflux.torch's pre-step hook).
+pub fn sync_point_everywhere() {
+    for t in live_tracers() {
+        t.sync_point();
+    }
+}
+
+fn live_tracers() -> Vec<Arc<Tracer>> {
+    lock(&TRACERS).iter().filter_map(Weak::upgrade).collect()
 }
 
 /// A record with nothing in it.
@@ -282,6 +333,9 @@ impl LaneTrace {
     pub fn push(&mut self, mut r: Raw) {
         r.comm = self.comm;
         r.lane = self.lane;
+        if r.flags & super::record::flag::ASYNC != 0 {
+            self.tracer.async_ended(r.ended);
+        }
         self.buf.push(r);
         let age = r.ended.saturating_sub(self.buf[0].ended);
         if self.buf.len() >= BATCH || age > FLUSH_AGE.as_nanos() as u64 {
