@@ -108,7 +108,12 @@ pub fn chrome_trace(ranks: &[RankTrace]) -> Value {
         }
         for (comm, lane, name) in lanes {
             let which = if lane == 0 { "normal" } else { "high" };
-            ev.push(meta(pid, lane_tid(comm, lane), "thread_name", json!({ "name": format!("engine {name} {which} lane") })));
+            ev.push(meta(
+                pid,
+                lane_tid(comm, lane),
+                "thread_name",
+                json!({ "name": format!("engine {name} {which} lane") }),
+            ));
         }
     }
     let clock: Vec<Value> = ranks

@@ -22,6 +22,10 @@ pub mod report;
 pub mod steps;
 pub mod svg;
 
+#[cfg(test)]
+mod fixture;
+#[cfg(test)]
+mod tests;
 
 /// `conflux trace`'s subcommands.
 #[derive(clap::Subcommand, Debug, Clone)]

@@ -78,7 +78,18 @@ fn ops_table(an: &Analysis, o: &mut String) {
     let _ = writeln!(
         o,
         "# {:>14} {:>12} {:>12} {:>8} {:>5} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
-        "op", "size(B)", "algo", "link", "ranks", "count", "total(ms)", "mean(us)", "p50(us)", "p99(us)", "algbw", "busbw"
+        "op",
+        "size(B)",
+        "algo",
+        "link",
+        "ranks",
+        "count",
+        "total(ms)",
+        "mean(us)",
+        "p50(us)",
+        "p99(us)",
+        "algbw",
+        "busbw"
     );
     for r in &an.ops {
         let _ = writeln!(

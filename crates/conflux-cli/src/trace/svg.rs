@@ -100,7 +100,13 @@ pub fn draw(an: &Analysis) -> String {
             rect(&mut o, x(a), y + BAND + 1.0, x(b) - x(a), 3.0, OVERLAP);
         }
         for &(_, a, _) in s.steps.iter().filter(|st| st.1 > lo && st.1 < hi) {
-            let _ = writeln!(o, r##"<line x1="{0:.2}" x2="{0:.2}" y1="{1:.1}" y2="{2:.1}" stroke="#333"/>"##, x(a), y - 2.0, y + BAND + 2.0);
+            let _ = writeln!(
+                o,
+                r##"<line x1="{0:.2}" x2="{0:.2}" y1="{1:.1}" y2="{2:.1}" stroke="#333"/>"##,
+                x(a),
+                y - 2.0,
+                y + BAND + 2.0
+            );
         }
         let _ = writeln!(o, "</g>");
     }
@@ -148,9 +154,7 @@ fn bars(an: &Analysis, o: &mut String, top: f64, lo: i64, hi: i64) {
         .iter()
         .zip(&an.sets)
         .zip(&an.steps.per_rank)
-        .map(|((r, s), (_, sum))| {
-            (r.meta.rank, if have_steps { sum.median } else { Step::of(s, lo, hi) })
-        })
+        .map(|((r, s), (_, sum))| (r.meta.rank, if have_steps { sum.median } else { Step::of(s, lo, hi) }))
         .collect();
     let title = if have_steps { "median step per rank (ms)" } else { "the window per rank (ms)" };
     text(o, LEFT, top, "start", title);
