@@ -6,7 +6,8 @@
 //! "X" events need. Asynchronous sends and receives may overlap one another, so they are
 //! async ("b"/"e") events instead.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
 
 use conflux::trace::{OpRecord, RankTrace};
 use serde_json::{json, Value};
@@ -46,14 +47,44 @@ fn meta(pid: usize, tid: u64, name: &str, args: Value) -> Value {
     json!({"ph": "M", "pid": pid, "tid": tid, "name": name, "args": args})
 }
 
-/// The trace-event JSON of `ranks`.
-pub fn chrome_trace(ranks: &[RankTrace]) -> Value {
+/// Events written one at a time as they are made: a long trace's events never sit in memory
+/// as one JSON tree. The first write error is kept and reported at the end.
+struct Events<'a> {
+    out: &'a mut dyn Write,
+    count: usize,
+    error: Option<std::io::Error>,
+}
+
+impl Events<'_> {
+    fn push(&mut self, e: Value) {
+        if self.error.is_some() {
+            return;
+        }
+        let sep: &[u8] = if self.count == 0 { b"\n" } else { b",\n" };
+        self.count += 1;
+        if let Err(err) =
+            self.out.write_all(sep).and_then(|()| serde_json::to_writer(&mut *self.out, &e).map_err(Into::into))
+        {
+            self.error = Some(err);
+        }
+    }
+
+    fn extend(&mut self, es: impl IntoIterator<Item = Value>) {
+        for e in es {
+            self.push(e);
+        }
+    }
+}
+
+/// Writes the trace-event JSON of `ranks` to `out`.
+pub fn write_chrome_trace(ranks: &[RankTrace], out: &mut dyn Write) -> std::io::Result<()> {
     let inst = instances(ranks);
     let wait = waits_for_peers(ranks, &inst);
     let t0 = origin(ranks);
     let us = |t: i64| (t - t0) as f64 / 1e3;
     let dur = |a: i64, b: i64| (b - a).max(0) as f64 / 1e3;
-    let mut ev = Vec::new();
+    out.write_all(b"{\"traceEvents\": [")?;
+    let mut ev = Events { out, count: 0, error: None };
     for (ri, r) in ranks.iter().enumerate() {
         let pid = r.meta.rank;
         let pname = format!("rank {} ({}, pid {})", pid, r.meta.host, r.meta.pid);
@@ -91,9 +122,10 @@ pub fn chrome_trace(ranks: &[RankTrace]) -> Value {
                 ev.extend(p2p(pid, tid, o, us(o.started), us(o.ended.max(o.started)), args));
             }
         }
+        let names: HashMap<u64, &str> = r.ops.iter().map(|o| (o.id, o.op.name())).collect();
         for w in &r.waits {
             threads.insert(w.thread);
-            let name = r.ops.iter().find(|o| o.id == w.op).map_or("op", |o| o.op.name());
+            let name = names.get(&w.op).copied().unwrap_or("op");
             ev.push(json!({"ph": "X", "pid": pid, "tid": thread_tid(w.thread), "name": format!("wait {name}"),
                 "cat": "wait", "ts": us(w.began), "dur": dur(w.began, w.ended), "args": {"op_id": w.op}}));
         }
@@ -123,7 +155,19 @@ pub fn chrome_trace(ranks: &[RankTrace]) -> Value {
             json!({"rank": r.meta.rank, "offset_ns": c.offset_ns, "uncertainty_ns": c.uncertainty_ns, "method": c.method})
         })
         .collect();
-    json!({"traceEvents": ev, "displayTimeUnit": "ms", "otherData": {"clock": clock, "origin_ns": t0}})
+    if let Some(e) = ev.error {
+        return Err(e);
+    }
+    let other = json!({"clock": clock, "origin_ns": t0});
+    write!(ev.out, "\n], \"displayTimeUnit\": \"ms\", \"otherData\": {other}}}\n")?;
+    ev.out.flush()
+}
+
+/// The trace-event JSON of `ranks` as a string (for tests and small traces).
+pub fn chrome_trace(ranks: &[RankTrace]) -> String {
+    let mut out = Vec::new();
+    write_chrome_trace(ranks, &mut out).expect("writing to memory");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 /// An asynchronous send or receive as a begin/end pair, keyed by rank and op id so that

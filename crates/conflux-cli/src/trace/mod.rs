@@ -125,8 +125,9 @@ fn run_report(a: &ReportArgs) -> Result<(), String> {
 
 fn run_merge(a: &MergeArgs) -> Result<(), String> {
     let ranks = loaded(&a.dir)?;
-    let text = merge::chrome_trace(&ranks).to_string();
-    std::fs::write(&a.output, text).map_err(|e| format!("cannot write {}: {e}", a.output.display()))?;
+    let cannot = |e: std::io::Error| format!("cannot write {}: {e}", a.output.display());
+    let file = std::fs::File::create(&a.output).map_err(cannot)?;
+    merge::write_chrome_trace(&ranks, &mut std::io::BufWriter::new(file)).map_err(cannot)?;
     eprintln!("conflux trace: wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)", a.output.display());
     Ok(())
 }

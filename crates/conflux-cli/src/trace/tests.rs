@@ -125,7 +125,7 @@ fn busy() -> Vec<super::RankTrace> {
 fn merge_has_every_rank_and_op_once_and_spans_nest_per_track() {
     let ranks = busy();
     let ops: usize = ranks.iter().map(|r| r.ops.len()).sum();
-    let j: Value = serde_json::from_str(&merge::chrome_trace(&ranks).to_string()).expect("JSON");
+    let j: Value = serde_json::from_str(&merge::chrome_trace(&ranks)).expect("JSON");
     let ev = j["traceEvents"].as_array().unwrap();
     let named: Vec<u64> =
         ev.iter().filter(|e| e["name"] == "process_name").map(|e| e["pid"].as_u64().unwrap()).collect();
