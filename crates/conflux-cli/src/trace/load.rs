@@ -50,7 +50,11 @@ pub fn load(dir: &Path) -> Result<(Vec<RankTrace>, Vec<String>), String> {
                 Vec::new()
             }
         };
-        let r = decode(meta, &bytes);
+        let mut r = decode(meta, &bytes);
+        let odd = sanitize(&mut r);
+        if odd > 0 {
+            warnings.push(format!("rank {}: {odd} records with times out of order, clamped", r.meta.rank));
+        }
         if r.skipped > 0 {
             warnings.push(format!("rank {}: {} bytes of records skipped (file cut short?)", r.meta.rank, r.skipped));
         }
@@ -71,4 +75,59 @@ pub fn load(dir: &Path) -> Result<(Vec<RankTrace>, Vec<String>), String> {
         warnings.push(format!("no trace of rank {} (of {world}): its collectives are incomplete", missing.join(", ")));
     }
     Ok((ranks, warnings))
+}
+
+/// Puts each record's times in order — issued ≤ started ≤ ended, began ≤ ended — and returns
+/// how many needed it. A time the writer left at zero (an operation that failed before it
+/// started, or never ended) decodes to exactly the clock offset; left as is it would drag the
+/// trace's origin back to the clock's epoch and stretch every span. Such a time takes its
+/// neighbour's: a start that never happened is the end, an end that never came the start.
+pub fn sanitize(r: &mut RankTrace) -> usize {
+    let unset = r.meta.clock.offset_ns;
+    let mut odd = 0;
+    for o in &mut r.ops {
+        let before = (o.issued, o.started, o.ended);
+        if o.ended == unset {
+            o.ended = o.started.max(o.issued);
+        }
+        if o.started == unset {
+            o.started = o.ended;
+        }
+        if o.issued == unset {
+            o.issued = o.started;
+        }
+        o.started = o.started.clamp(o.issued.min(o.ended), o.ended.max(o.issued));
+        o.ended = o.ended.max(o.started);
+        o.issued = o.issued.min(o.started);
+        if (o.issued, o.started, o.ended) != before {
+            odd += 1;
+        }
+    }
+    for w in &mut r.waits {
+        if w.ended < w.began {
+            w.ended = w.began;
+            odd += 1;
+        }
+    }
+    odd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{all_reduce, rank};
+    use super::*;
+
+    #[test]
+    fn unset_and_reversed_times_are_put_in_order() {
+        let mut r = rank(0, 1);
+        r.meta.clock.offset_ns = 7;
+        all_reduce(&mut r, 0, false, 100, 7, 150); // failed before it started
+        all_reduce(&mut r, 1, false, 7, 200, 250); // issue time lost
+        all_reduce(&mut r, 2, false, 300, 320, 7); // never ended
+        all_reduce(&mut r, 3, false, 400, 390, 380); // reversed
+        all_reduce(&mut r, 4, false, 500, 510, 520); // fine
+        assert_eq!(sanitize(&mut r), 4);
+        let t: Vec<_> = r.ops.iter().map(|o| (o.issued, o.started, o.ended)).collect();
+        assert_eq!(t, vec![(100, 150, 150), (200, 200, 250), (300, 320, 320), (390, 390, 390), (500, 510, 520)]);
+    }
 }

@@ -31,6 +31,16 @@ pub fn text(an: &Analysis) -> String {
         None => writeln!(o, "straggler: none (no collective that every rank of a communicator of 2+ recorded)"),
     }
     .ok();
+    // Arrival order across hosts is only as good as the clock offsets between them.
+    let unc = an.ranks.iter().map(|r| r.meta.clock.uncertainty_ns).max().unwrap_or(0) as f64 / 1e6;
+    if let Some(s) = an.straggler.as_ref().filter(|s| unc > 0.0 && s.late_ms_median <= 2.0 * unc) {
+        let _ = writeln!(
+            o,
+            "  (the clocks agree only to within {}: rank {}'s lateness is within twice that, so may be the clocks')",
+            ms(unc),
+            s.rank
+        );
+    }
     o
 }
 
