@@ -77,7 +77,7 @@ pub fn load(dir: &Path) -> Result<(Vec<RankTrace>, Vec<String>), String> {
     Ok((ranks, warnings))
 }
 
-/// Puts each record's times in order — issued ≤ started ≤ ended, began ≤ ended — and returns
+/// Puts each record's times in range and in order — issued ≤ started ≤ ended, began ≤ ended — and returns
 /// how many needed it. A time the writer left at zero (an operation that failed before it
 /// started, or never ended) decodes to exactly the clock offset; left as is it would drag the
 /// trace's origin back to the clock's epoch and stretch every span. Such a time takes its
@@ -85,6 +85,9 @@ pub fn load(dir: &Path) -> Result<(Vec<RankTrace>, Vec<String>), String> {
 pub fn sanitize(r: &mut RankTrace) -> usize {
     let unset = r.meta.clock.offset_ns;
     let mut odd = 0;
+    // Garbage (a torn or foreign record) could hold any 64-bit time; a day-old clock reads
+    // about 2^46 ns, so bounding times to [0, 2^60] keeps every difference and sum in range.
+    let sane = |t: &mut i64| *t = (*t).clamp(0, 1 << 60);
     for o in &mut r.ops {
         let before = (o.issued, o.started, o.ended);
         if o.ended == unset {
@@ -96,6 +99,7 @@ pub fn sanitize(r: &mut RankTrace) -> usize {
         if o.issued == unset {
             o.issued = o.started;
         }
+        [&mut o.issued, &mut o.started, &mut o.ended].into_iter().for_each(sane);
         o.started = o.started.clamp(o.issued.min(o.ended), o.ended.max(o.issued));
         o.ended = o.ended.max(o.started);
         o.issued = o.issued.min(o.started);
@@ -103,7 +107,12 @@ pub fn sanitize(r: &mut RankTrace) -> usize {
             odd += 1;
         }
     }
+    for m in &mut r.steps {
+        sane(&mut m.at);
+    }
     for w in &mut r.waits {
+        sane(&mut w.began);
+        sane(&mut w.ended);
         if w.ended < w.began {
             w.ended = w.began;
             odd += 1;
@@ -126,8 +135,12 @@ mod tests {
         all_reduce(&mut r, 2, false, 300, 320, 7); // never ended
         all_reduce(&mut r, 3, false, 400, 390, 380); // reversed
         all_reduce(&mut r, 4, false, 500, 510, 520); // fine
-        assert_eq!(sanitize(&mut r), 4);
+        all_reduce(&mut r, 5, false, i64::MAX, i64::MIN, 1); // garbage
+        assert_eq!(sanitize(&mut r), 5);
         let t: Vec<_> = r.ops.iter().map(|o| (o.issued, o.started, o.ended)).collect();
-        assert_eq!(t, vec![(100, 150, 150), (200, 200, 250), (300, 320, 320), (390, 390, 390), (500, 510, 520)]);
+        assert_eq!(
+            t,
+            vec![(100, 150, 150), (200, 200, 250), (300, 320, 320), (390, 390, 390), (500, 510, 520), (1, 1, 1)]
+        );
     }
 }
