@@ -66,6 +66,15 @@ fn a_late_rank_is_the_straggler_and_the_others_wait_for_it() {
         assert!(j["ops"][0].get(key).is_some(), "{key}");
     }
     assert_eq!(j["clock"][3]["method"], "same host");
+    let step_keys = ["count", "step_ms", "step_ms_worst", "compute_ms", "exposed_ms", "waiting_ms", "transfer_ms"];
+    for key in step_keys.into_iter().chain(["overlapped_ms", "comm_share", "comm_share_worst"]) {
+        assert!(j["steps"].get(key).is_some() && j["steps"]["per_rank"][2].get(key).is_some(), "{key}");
+    }
+    assert_eq!(j["steps"]["per_rank"][2]["rank"], 2);
+    for key in ["rank", "last_fraction", "late_ms_median", "late_ms_p99", "collectives"] {
+        assert!(j["straggler"].get(key).is_some(), "{key}");
+    }
+    assert_eq!((j["skipped_bytes"].as_u64(), j["dropped"].as_u64()), (Some(0), Some(0)));
 }
 
 /// Two ranks, one 10 ms step: an async all_reduce runs 1–4 ms while they compute (hidden), a
