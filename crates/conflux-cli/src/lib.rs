@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod launch;
 pub mod run;
 pub mod soak;
+pub mod trace;
 pub mod tune;
 pub mod verify;
 

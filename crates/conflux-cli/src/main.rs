@@ -1,9 +1,10 @@
 //! The `conflux` command: `run` starts a job's ranks, `bench` measures collectives,
 //! `tune` fits the cost model to this machine, `doctor` checks every pair of ranks' link,
-//! `soak` runs random collectives for a while and checks every result.
+//! `soak` runs random collectives for a while and checks every result, `trace` reads what
+//! `CONFLUX_TRACE` recorded.
 
 use clap::{Parser, Subcommand};
-use conflux_cli::{bench, doctor, run, soak, tune};
+use conflux_cli::{bench, doctor, run, soak, trace, tune};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -27,6 +28,8 @@ enum Cmd {
     Doctor(doctor::DoctorArgs),
     /// Random collectives for a while, every result checked and memory watched.
     Soak(soak::SoakArgs),
+    /// Read a CONFLUX_TRACE directory: `report` (costs, steps, straggler) or `merge` (Chrome trace).
+    Trace(trace::TraceArgs),
 }
 
 #[allow(unsafe_code)]
@@ -45,5 +48,6 @@ fn main() -> ExitCode {
         Cmd::Tune(a) => tune::main(a),
         Cmd::Doctor(a) => doctor::main(a),
         Cmd::Soak(a) => soak::main(a),
+        Cmd::Trace(a) => trace::main(a),
     }
 }
