@@ -350,6 +350,7 @@ fn trace_clocks_across_hosts_agree_within_their_uncertainty() {
             serde_json::from_slice(&std::fs::read(dir.join(format!("rank-{r}.json"))).unwrap()).unwrap();
         let clock = &meta["clock"];
         let (offset, within) = (clock["offset_ns"].as_i64().unwrap(), clock["uncertainty_ns"].as_i64().unwrap());
+        println!("rank {r}: clock {clock}");
         let method = if r == 0 { "same host" } else { "store ping-pong" };
         assert_eq!(clock["method"], method, "rank {r}: {meta:#}");
         assert!(offset.abs() <= within, "rank {r}: offset {offset} ns, uncertainty {within} ns");

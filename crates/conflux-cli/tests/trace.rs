@@ -130,7 +130,7 @@ fn computation_that_hides_a_transfer_counts_it_as_overlapped() {
     assert!(overlapped >= 0.5 * op_ms, "overlapped {overlapped} ms, the all_reduce takes {op_ms} ms");
     assert!(exposed < overlapped, "exposed {exposed} ms is not less than overlapped {overlapped} ms");
     assert!(f(&v, "steps.comm_share") < 0.05, "{v:#}");
-    check_merge(&dir, 2, 0, 8);
+    check_merge(&dir, 2, 8, 8);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

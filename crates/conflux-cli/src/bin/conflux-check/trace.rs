@@ -31,24 +31,35 @@ fn arg(args: &[String], i: usize, default: u64) -> u64 {
 
 /// `trace-steps SLOW_RANK SLOW_MS BASE_MS STEPS ELEMS`: each step every rank computes (sleeps)
 /// BASE_MS, SLOW_RANK SLOW_MS, then all_reduces ELEMS floats: SLOW_RANK arrives last at every
-/// collective, SLOW_MS − BASE_MS late.
+/// collective, SLOW_MS − BASE_MS late. The reduction is a maximum, so the buffer needs no
+/// refill between steps and the sleep is all of a step's computation.
 pub(crate) fn scenario_steps(comm: Communicator, args: &[String]) -> Checker {
     let (slow, slow_ms, base_ms) = (arg(args, 1, 2) as usize, arg(args, 2, 7), arg(args, 3, 4));
     let (steps, elems) = (arg(args, 4, 30), arg(args, 5, 1 << 20) as usize);
     let (r, n) = (comm.rank(), comm.size());
     let mut c = Checker { comm, passed: 0, failed: Vec::new() };
-    let mut buf = Vec::new();
+    let mut buf = fill(r, elems);
     for step in 0..steps {
         c.comm.mark_step();
         std::thread::sleep(Duration::from_millis(if r == slow { slow_ms } else { base_ms }));
-        buf = fill(r, elems);
-        if c.ok(&format!("step {step} all_reduce"), c.comm.all_reduce(&mut buf, ReduceOp::Sum)) {
-            check(&mut c, &format!("step {step} all_reduce"), &buf, n, 4099);
+        if c.ok(&format!("step {step} all_reduce"), c.comm.all_reduce(&mut buf, ReduceOp::Max)) {
+            check_max(&mut c, &format!("step {step} all_reduce"), &buf, n, 4099);
         }
     }
     c.comm.mark_step();
-    check(&mut c, "last all_reduce, every element", &buf, n, 1);
+    check_max(&mut c, "last all_reduce, every element", &buf, n, 1);
     c
+}
+
+/// The maximum of `fill` over n ranks is rank n − 1's.
+fn check_max(c: &mut Checker, what: &str, buf: &[f32], n: usize, every: usize) {
+    let want = |i: usize| (n * (i % 7 + 1)) as f32;
+    let wrong = (0..buf.len())
+        .step_by(every.max(1))
+        .chain(buf.len().saturating_sub(1)..buf.len())
+        .find(|&i| buf[i] != want(i))
+        .map(|i| (i, f64::from(buf[i]), f64::from(want(i))));
+    c.expect(what, wrong);
 }
 
 /// `trace-overlap STEPS ELEMS COMPUTE_MS`: each step starts an all_reduce of ELEMS floats,
