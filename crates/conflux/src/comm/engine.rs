@@ -319,8 +319,8 @@ pub struct Work<T> {
     /// can drive it on the waiting thread.
     driver: Option<Weak<Engine>>,
     /// A traced operation's tracer, number there and issue time: the caller's waits are
-    /// recorded.
-    trace: Option<(Arc<Tracer>, u64, Instant)>,
+    /// recorded. Boxed: untraced, a Work stays small.
+    trace: Option<Box<Traced>>,
 }
 
 /// The engine's end of a `Work`. Dropped without completing (its job panicked, or never ran
@@ -382,7 +382,7 @@ impl<T> Work<T> {
 
     /// Records the caller's waits on this operation, number `id` in `tracer`'s trace.
     pub(crate) fn traced(mut self, tracer: Arc<Tracer>, id: u64, issued: Instant) -> Work<T> {
-        self.trace = Some((tracer, id, issued));
+        self.trace = Some(Box::new(Traced { tracer, id, issued }));
         self
     }
 
@@ -390,8 +390,8 @@ impl<T> Work<T> {
     /// future waited in C++, as DDP does): a traced communicator then estimates that wait at
     /// the next sync point (`conflux::trace::sync_point_everywhere`). Nothing when untraced.
     pub fn awaited_elsewhere(&self) {
-        if let Some((tracer, _, issued)) = &self.trace {
-            tracer.awaited_elsewhere(crate::trace::writer::ns(*issued));
+        if let Some(t) = &self.trace {
+            t.tracer.awaited_elsewhere(crate::trace::writer::ns(t.issued));
         }
     }
 
@@ -461,14 +461,21 @@ impl<T> Work<T> {
     }
 }
 
+/// A traced operation, for its Work.
+struct Traced {
+    tracer: Arc<Tracer>,
+    id: u64,
+    issued: Instant,
+}
+
 /// Records, when dropped, that the caller waited for a traced operation since it was made.
 struct WaitTrace<'a>(Option<(&'a Tracer, u64, Instant)>);
 
 impl<'a> WaitTrace<'a> {
     /// Nothing is recorded for an operation already `done`: its wait blocked nobody (torch's
     /// layer collects every result that way, from whichever thread completes its Work).
-    fn begin(trace: &'a Option<(Arc<Tracer>, u64, Instant)>, done: bool) -> WaitTrace<'a> {
-        WaitTrace(trace.as_ref().filter(|_| !done).map(|(t, id, _)| (&**t, *id, Instant::now())))
+    fn begin(trace: &'a Option<Box<Traced>>, done: bool) -> WaitTrace<'a> {
+        WaitTrace(trace.as_ref().filter(|_| !done).map(|t| (&*t.tracer, t.id, Instant::now())))
     }
 }
 

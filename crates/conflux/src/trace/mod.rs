@@ -13,6 +13,7 @@
 pub mod meta;
 pub mod read;
 pub mod record;
+mod sink;
 pub mod writer;
 
 pub use read::{read_dir, OpRecord, RankTrace, ReadError, StepMark, WaitRecord};

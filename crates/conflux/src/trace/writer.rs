@@ -5,11 +5,12 @@
 //!
 //! Memory stays bounded however long the job runs: records stream to `rank-<r>.bin` (64 bytes
 //! each) in batches of at most `BATCH`, and a batch goes out at the latest `FLUSH_AGE` after
-//! its first record, so a rank killed mid-job leaves all but its last fraction of a second on
-//! disk. Nothing is dropped unless the disk refuses a write; the meta file counts those.
+//! its first record, to the rank's writer thread (`sink.rs`), which writes every 20 ms; so a
+//! rank killed mid-job leaves all but its last fraction of a second on disk. Records are
+//! dropped only when 4 MiB of them wait for a disk that cannot keep up, or the disk refuses
+//! them; the meta file counts those.
 
 use std::fs::File;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -17,9 +18,11 @@ use std::time::{Duration, Instant};
 
 use super::meta::{Clock, CommInfo, Meta, ThreadInfo, FORMAT, VERSION};
 use super::record::{kind, Raw, NO_PEER};
+use super::sink::Sink;
 
-/// Records a lane buffers before appending them to the file.
-const BATCH: usize = 256;
+/// Records a lane buffers before handing them to the writer thread (4 KiB: the buffer stays
+/// in the lane's cache).
+const BATCH: usize = 64;
 /// The most a buffered record waits for its batch to go out (checked as records arrive).
 const FLUSH_AGE: Duration = Duration::from_millis(100);
 
@@ -76,7 +79,7 @@ static TRACERS: Mutex<Vec<Weak<Tracer>>> = Mutex::new(Vec::new());
 pub struct Tracer {
     dir: PathBuf,
     rank: usize,
-    bin: Mutex<Sink>,
+    bin: Sink,
     meta: Mutex<MetaState>,
     next_op: AtomicU64,
     next_step: AtomicU64,
@@ -93,11 +96,6 @@ pub struct Tracer {
 /// The operation number of a WAIT record that `sync_point` estimated: every asynchronous
 /// operation issued before it.
 pub const SYNC_OP: u64 = u64::MAX;
-
-struct Sink {
-    file: File,
-    dropped: u64,
-}
 
 struct MetaState {
     meta: Meta,
@@ -128,18 +126,32 @@ impl Tracer {
             threads: Vec::new(),
             dropped: 0,
         };
-        let t = Arc::new(Tracer {
-            dir: dir.to_path_buf(),
-            rank,
-            bin: Mutex::new(Sink { file, dropped: 0 }),
-            meta: Mutex::new(MetaState { meta, threads_written: 0 }),
-            next_op: AtomicU64::new(0),
-            next_step: AtomicU64::new(0),
-            side: Mutex::new(Vec::with_capacity(BATCH)),
-            elsewhere_issued: AtomicU64::new(0),
-            async_ended: AtomicU64::new(0),
-            synced: AtomicU64::new(0),
+        let mut started = Ok(());
+        let t = Arc::new_cyclic(|me: &Weak<Tracer>| {
+            let me = me.clone();
+            let written = move || {
+                if let Some(t) = me.upgrade() {
+                    t.follow_threads();
+                }
+            };
+            let bin = Sink::start(file, rank, written).unwrap_or_else(|e| {
+                started = Err(e);
+                Sink::stopped()
+            });
+            Tracer {
+                dir: dir.to_path_buf(),
+                rank,
+                bin,
+                meta: Mutex::new(MetaState { meta, threads_written: 0 }),
+                next_op: AtomicU64::new(0),
+                next_step: AtomicU64::new(0),
+                side: Mutex::new(Vec::with_capacity(BATCH)),
+                elsewhere_issued: AtomicU64::new(0),
+                async_ended: AtomicU64::new(0),
+                synced: AtomicU64::new(0),
+            }
         });
+        started?;
         t.write_meta(&mut lock(&t.meta))?;
         all.push(Arc::downgrade(&t));
         Ok(t)
@@ -185,8 +197,7 @@ impl Tracer {
         // A step mark sends out what waited: a reader sees every step but the last one whole.
         let mut side = lock(&self.side);
         side.push(r);
-        self.append(&side);
-        side.clear();
+        self.send_side(&mut side);
         step
     }
 
@@ -223,28 +234,21 @@ impl Tracer {
         side.push(r);
         let first = side[0].ended.max(side[0].started);
         if side.len() >= BATCH || r.ended.saturating_sub(first) > FLUSH_AGE.as_nanos() as u64 {
-            self.append(&side);
-            side.clear();
+            self.send_side(&mut side);
         }
     }
 
-    /// Appends records to the file (whole records: one write of a multiple of 64 bytes).
+    /// Hands records to the writer thread.
     fn append(&self, recs: &[Raw]) {
-        if recs.is_empty() {
-            return;
-        }
-        let bytes: &[u8] = bytemuck::cast_slice(recs);
-        {
-            let mut sink = lock(&self.bin);
-            if let Err(e) = sink.file.write_all(bytes) {
-                if sink.dropped == 0 {
-                    tracing::warn!("cannot write the trace to {}: {e}; records are dropped", self.dir.display());
-                }
-                sink.dropped += recs.len() as u64;
-            }
-        }
-        if THREAD_COUNT.load(Ordering::Acquire) != lock(&self.meta).threads_written {
-            self.rewrite_meta(&mut lock(&self.meta));
+        self.bin.send(recs);
+    }
+
+    /// Rewrites the meta file if threads were named since it was written (the writer thread
+    /// calls this after each write).
+    fn follow_threads(&self) {
+        let mut m = lock(&self.meta);
+        if THREAD_COUNT.load(Ordering::Acquire) != m.threads_written {
+            self.rewrite_meta(&mut m);
         }
     }
 
@@ -261,7 +265,7 @@ impl Tracer {
                 names.iter().enumerate().map(|(i, n)| ThreadInfo { id: i as u32, name: n.clone() }).collect();
             m.threads_written = names.len();
         }
-        m.meta.dropped = lock(&self.bin).dropped;
+        m.meta.dropped = self.bin.dropped();
         let text = serde_json::to_string_pretty(&m.meta).map_err(std::io::Error::other)?;
         let path = self.dir.join(format!("rank-{}.json", self.rank));
         let tmp = path.with_extension("json.tmp");
@@ -269,13 +273,20 @@ impl Tracer {
         std::fs::rename(tmp, path)
     }
 
-    /// Writes out what callers' threads recorded.
+    /// Writes out what callers' threads recorded and everything handed to the writer thread
+    /// so far (at most a few seconds' wait: the program may exit without dropping the tracer).
     pub fn flush(&self) {
         let mut side = lock(&self.side);
-        self.append(&side);
-        side.clear();
+        self.send_side(&mut side);
         drop(side);
+        self.bin.drain(Duration::from_secs(5));
         self.rewrite_meta(&mut lock(&self.meta));
+    }
+
+    /// The side buffer's records, handed to the writer thread.
+    fn send_side(&self, side: &mut Vec<Raw>) {
+        self.append(side);
+        side.clear();
     }
 }
 
@@ -343,6 +354,7 @@ impl LaneTrace {
         }
     }
 
+    /// Hands the buffered records to the writer thread.
     pub fn flush(&mut self) {
         self.tracer.append(&self.buf);
         self.buf.clear();
