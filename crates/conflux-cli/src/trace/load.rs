@@ -1,78 +1,24 @@
-//! Reading a trace directory, tolerating damage: `conflux::trace::read_dir` gives up on the
-//! whole directory when one meta file is unreadable, but after a crash the point is to see
-//! what the surviving ranks recorded. So each rank's files are read on their own (with the
-//! library's decoder), and a rank whose meta file cannot be used is left out with a warning.
+//! Reading a trace directory for the report and the merge: the library's tolerant reader
+//! (a damaged or missing rank is left out with a warning, not fatal), then every record's
+//! times put in order, so that no odd record can distort the arithmetic after it.
 
 use std::path::Path;
 
-use conflux::trace::meta::{Meta, FORMAT, VERSION};
-use conflux::trace::read::decode;
 use conflux::trace::RankTrace;
 
-/// Every usable rank in `dir`, by global rank, and a warning for each file left out. An
-/// error when the directory cannot be listed or holds no usable rank.
+/// Every usable rank in `dir`, by global rank, and a warning for each file left out or
+/// record fixed. An error when the directory cannot be listed or holds no usable rank.
 pub fn load(dir: &Path) -> Result<(Vec<RankTrace>, Vec<String>), String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let mut metas: Vec<_> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with("rank-") && name.ends_with(".json")
-        })
-        .collect();
-    metas.sort();
-    let mut warnings = Vec::new();
-    let mut ranks: Vec<RankTrace> = Vec::new();
-    for path in metas {
-        let meta = std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_json::from_str::<Meta>(&t).map_err(|e| e.to_string()))
-            .and_then(|m| match (m.format == FORMAT, m.version == VERSION) {
-                (true, true) => Ok(m),
-                _ => Err(format!("format {:?} version {}, expected {FORMAT:?} version {VERSION}", m.format, m.version)),
-            });
-        let meta = match meta {
-            Ok(m) => m,
-            Err(e) => {
-                warnings.push(format!("{}: left out: {e}", path.display()));
-                continue;
-            }
-        };
-        if ranks.iter().any(|r| r.meta.rank == meta.rank) {
-            warnings.push(format!("{}: left out: a second file of rank {}", path.display(), meta.rank));
-            continue;
-        }
-        let bin = path.with_extension("bin");
-        let bytes = match std::fs::read(&bin) {
-            Ok(b) => b,
-            Err(e) => {
-                warnings.push(format!("{}: {e}; rank {} has no records", bin.display(), meta.rank));
-                Vec::new()
-            }
-        };
-        let mut r = decode(meta, &bytes);
-        let odd = sanitize(&mut r);
+    let loaded = conflux::trace::read_dir(dir).map_err(|e| e.to_string())?;
+    let (mut ranks, mut warnings) = (loaded.ranks, loaded.problems);
+    for r in &mut ranks {
+        let odd = sanitize(r);
         if odd > 0 {
             warnings.push(format!("rank {}: {odd} records with times out of order, clamped", r.meta.rank));
         }
         if r.skipped > 0 {
             warnings.push(format!("rank {}: {} bytes of records skipped (file cut short?)", r.meta.rank, r.skipped));
         }
-        ranks.push(r);
-    }
-    if ranks.is_empty() {
-        return Err(format!(
-            "no conflux trace in {} (expected rank-<r>.json and rank-<r>.bin, written with CONFLUX_TRACE={})",
-            dir.display(),
-            dir.display()
-        ));
-    }
-    ranks.sort_by_key(|r| r.meta.rank);
-    let world = ranks.iter().map(|r| r.meta.world_size).max().unwrap_or(0);
-    let missing: Vec<String> =
-        (0..world).filter(|w| !ranks.iter().any(|r| r.meta.rank == *w)).map(|w| w.to_string()).collect();
-    if !missing.is_empty() {
-        warnings.push(format!("no trace of rank {} (of {world}): its collectives are incomplete", missing.join(", ")));
     }
     Ok((ranks, warnings))
 }

@@ -170,7 +170,7 @@ fn bars(an: &Analysis, o: &mut String, top: f64, lo: i64, hi: i64) {
                 x += w(ms);
             }
         }
-        let label = format!("{:.2} ms, comm {:.0}%", s.compute_ms + s.exposed_ms, s.comm_share * 100.0);
+        let label = format!("{:.2} ms, comm {:.0}%", s.step_ms, s.comm_share * 100.0);
         text(o, x + 6.0, y + BAND - 5.0, "start", &label);
     }
 }

@@ -16,6 +16,6 @@ pub mod record;
 mod sink;
 pub mod writer;
 
-pub use read::{read_dir, OpRecord, RankTrace, ReadError, StepMark, WaitRecord};
+pub use read::{read_dir, Loaded, OpRecord, RankTrace, ReadError, StepMark, WaitRecord};
 pub use record::Op;
 pub use writer::{mark_step_everywhere, sync_point_everywhere, SYNC_OP};

@@ -13,15 +13,13 @@ pub enum ReadError {
     /// The directory or a file in it could not be read.
     #[error("cannot read {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    /// A meta file is not a conflux trace's.
-    #[error("{path} is not a conflux trace meta file: {why}")]
-    BadMeta { path: PathBuf, why: String },
     /// The directory holds no rank's trace.
     #[error("no conflux trace in {0} (expected rank-<r>.json and rank-<r>.bin, written with CONFLUX_TRACE={0})")]
     Empty(PathBuf),
 }
 
-/// One operation on one rank. Times are nanoseconds on rank 0's clock.
+/// One operation on one rank. Times are nanoseconds on rank 0's clock; the writer sets all
+/// three, also for an operation that failed (its `ended` is when it failed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpRecord {
     /// Its number on this rank (what `WaitRecord::op` refers to).
@@ -87,8 +85,19 @@ impl RankTrace {
     }
 }
 
-/// Every rank's trace in `dir`, by global rank.
-pub fn read_dir(dir: &Path) -> Result<Vec<RankTrace>, ReadError> {
+/// What a trace directory held: every usable rank, by global rank, and what was wrong with
+/// the rest — after a crash, the point is to see what the surviving ranks recorded, so one
+/// damaged or missing file does not hide the others.
+#[derive(Debug)]
+pub struct Loaded {
+    pub ranks: Vec<RankTrace>,
+    /// One line per file left out or rank missing.
+    pub problems: Vec<String>,
+}
+
+/// Every usable rank's trace in `dir`. An error only when the directory cannot be listed or
+/// holds no usable rank.
+pub fn read_dir(dir: &Path) -> Result<Loaded, ReadError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ReadError::Io { path, source }
@@ -101,27 +110,50 @@ pub fn read_dir(dir: &Path) -> Result<Vec<RankTrace>, ReadError> {
             metas.push(path);
         }
     }
-    let mut ranks = Vec::new();
+    metas.sort();
+    let (mut ranks, mut problems) = (Vec::<RankTrace>::new(), Vec::new());
     for path in metas {
-        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
-        let bad = |why: String| ReadError::BadMeta { path: path.clone(), why };
-        let meta: Meta = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        if meta.format != FORMAT || meta.version != VERSION {
-            return Err(bad(format!("format {} version {}", meta.format, meta.version)));
+        let meta = match read_meta(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                problems.push(format!("{}: left out: {e}", path.display()));
+                continue;
+            }
+        };
+        if ranks.iter().any(|r| r.meta.rank == meta.rank) {
+            problems.push(format!("{}: left out: a second file of rank {}", path.display(), meta.rank));
+            continue;
         }
         let bin = path.with_extension("bin");
-        let bytes = match std::fs::read(&bin) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io(&bin)(e)),
-        };
+        let bytes = std::fs::read(&bin).unwrap_or_else(|e| {
+            problems.push(format!("{}: {e}; rank {} has no records", bin.display(), meta.rank));
+            Vec::new()
+        });
         ranks.push(decode(meta, &bytes));
     }
     if ranks.is_empty() {
         return Err(ReadError::Empty(dir.to_path_buf()));
     }
     ranks.sort_by_key(|r| r.meta.rank);
-    Ok(ranks)
+    let world = ranks.iter().map(|r| r.meta.world_size).max().unwrap_or(0);
+    let missing: Vec<String> =
+        (0..world).filter(|w| !ranks.iter().any(|r| r.meta.rank == *w)).map(|w| w.to_string()).collect();
+    if !missing.is_empty() {
+        problems.push(format!("no trace of rank {} (of {world}): its collectives are incomplete", missing.join(", ")));
+    }
+    Ok(Loaded { ranks, problems })
+}
+
+fn read_meta(path: &Path) -> Result<Meta, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let meta: Meta = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    if meta.format != FORMAT || meta.version != VERSION {
+        return Err(format!(
+            "format {:?} version {}, expected {FORMAT:?} version {VERSION}",
+            meta.format, meta.version
+        ));
+    }
+    Ok(meta)
 }
 
 /// A rank's records from its file's bytes.
