@@ -37,7 +37,7 @@ pub fn link_of(topo: &Topo) -> &'static str {
 /// else the offset seen by the fastest of a few round trips, whose half is its uncertainty.
 pub fn clock(store: Option<&StoreClient>, on_rank0_host: bool) -> Clock {
     let Some(store) = store else {
-        return Clock { offset_ns: 0, uncertainty_ns: 0, method: "unmeasured".into() };
+        return Clock::unmeasured();
     };
     if on_rank0_host {
         return Clock::same_host();
@@ -57,7 +57,7 @@ pub fn clock(store: Option<&StoreClient>, on_rank0_host: bool) -> Clock {
         Some((rtt, offset)) => {
             Clock { offset_ns: offset, uncertainty_ns: rtt.div_ceil(2), method: "store ping-pong".into() }
         }
-        None => Clock { offset_ns: 0, uncertainty_ns: 0, method: "unmeasured".into() },
+        None => Clock::unmeasured(),
     }
 }
 

@@ -40,6 +40,15 @@ impl Clock {
     pub fn same_host() -> Clock {
         Clock { offset_ns: 0, uncertainty_ns: 0, method: "same host".into() }
     }
+
+    /// Not measured (yet, or no store to measure through): taken as rank 0's.
+    pub fn unmeasured() -> Clock {
+        Clock { offset_ns: 0, uncertainty_ns: 0, method: "unmeasured".into() }
+    }
+
+    pub fn is_measured(&self) -> bool {
+        self.method != "unmeasured"
+    }
 }
 
 /// A communicator this rank belongs to.

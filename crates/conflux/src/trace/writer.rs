@@ -85,11 +85,17 @@ pub struct Tracer {
     next_step: AtomicU64,
     /// Records from callers' threads (waits, steps), shared by all of them.
     side: Mutex<Vec<Raw>>,
-    /// The last issue of an asynchronous operation awaited where conflux cannot see
-    /// (`awaited_elsewhere`), the latest end of any, and the last sync point (`sync_point`),
-    /// in trace nanoseconds.
-    elsewhere_issued: AtomicU64,
-    async_ended: AtomicU64,
+    unseen: UnseenWaits,
+}
+
+/// What `Tracer::sync_point` estimates a wait conflux cannot see from, in trace nanoseconds.
+#[derive(Default)]
+struct UnseenWaits {
+    /// The last issue of an asynchronous operation awaited elsewhere (`awaited_elsewhere`).
+    issued: AtomicU64,
+    /// The latest end of an asynchronous operation.
+    ended: AtomicU64,
+    /// `issued` at the last sync point.
     synced: AtomicU64,
 }
 
@@ -121,7 +127,7 @@ impl Tracer {
             world_size,
             pid: std::process::id(),
             host: host.into(),
-            clock: Clock { offset_ns: 0, uncertainty_ns: 0, method: "unmeasured".into() },
+            clock: Clock::unmeasured(),
             comms: Vec::new(),
             threads: Vec::new(),
             dropped: 0,
@@ -146,9 +152,7 @@ impl Tracer {
                 next_op: AtomicU64::new(0),
                 next_step: AtomicU64::new(0),
                 side: Mutex::new(Vec::with_capacity(BATCH)),
-                elsewhere_issued: AtomicU64::new(0),
-                async_ended: AtomicU64::new(0),
-                synced: AtomicU64::new(0),
+                unseen: UnseenWaits::default(),
             }
         });
         started?;
@@ -173,7 +177,7 @@ impl Tracer {
 
     /// Whether a communicator already put this rank's clock on rank 0's.
     pub fn clock_known(&self) -> bool {
-        lock(&self.meta).meta.clock.method != "unmeasured"
+        lock(&self.meta).meta.clock.is_measured()
     }
 
     /// How this rank's clock relates to rank 0's.
@@ -204,13 +208,13 @@ impl Tracer {
     /// An asynchronous operation issued at `at` will be awaited where conflux cannot see (a
     /// torch future, waited in C++); the next `sync_point` estimates that wait.
     pub fn awaited_elsewhere(&self, at: u64) {
-        self.elsewhere_issued.fetch_max(at, Ordering::Relaxed);
+        self.unseen.issued.fetch_max(at, Ordering::Relaxed);
     }
 
     /// An asynchronous operation ended at `at`.
     #[inline]
     pub fn async_ended(&self, at: u64) {
-        self.async_ended.fetch_max(at, Ordering::Relaxed);
+        self.unseen.ended.fetch_max(at, Ordering::Relaxed);
     }
 
     /// Every operation `awaited_elsewhere` so far has been waited for (torch's DDP waits for
@@ -219,11 +223,11 @@ impl Tracer {
     /// the latest end of an asynchronous operation. Nothing if no such operation was issued
     /// since the last sync point.
     pub fn sync_point(&self) {
-        let issued = self.elsewhere_issued.load(Ordering::Relaxed);
-        if issued == 0 || self.synced.swap(issued, Ordering::Relaxed) == issued {
+        let issued = self.unseen.issued.load(Ordering::Relaxed);
+        if issued == 0 || self.unseen.synced.swap(issued, Ordering::Relaxed) == issued {
             return;
         }
-        let ended = self.async_ended.load(Ordering::Relaxed).max(issued);
+        let ended = self.unseen.ended.load(Ordering::Relaxed).max(issued);
         let r = Raw { kind: kind::WAIT, thread: thread_id(), id: SYNC_OP, issued, ended, ..blank() };
         self.side_record(r);
     }
