@@ -164,26 +164,3 @@ pub fn waited(tracer: &Tracer, id: u64, began: Instant) {
     tracer.side_record(r);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::trace::writer::LaneTrace;
-
-    #[test]
-    #[ignore]
-    fn cost_of_recording() {
-        let dir = std::env::temp_dir().join("conflux-trace-cost");
-        let tracer = Tracer::open(&dir, 0, 1, "h").unwrap();
-        let mut lt = LaneTrace::new(tracer.clone(), 0, 0);
-        let mut buf = [0u8; 8];
-        let n = 1_000_000;
-        let t = Instant::now();
-        for i in 0..n {
-            let issue = Issue::now(&tracer, false);
-            let coll = Coll::Broadcast { buf: &mut buf, root: 0 };
-            let ran = Ran { seq: i, algo: None, started: Instant::now(), ok: true };
-            lt.push(op_record(&issue, &coll, None, DataType::F32, &ran));
-        }
-        println!("{:.1} ns per record", t.elapsed().as_nanos() as f64 / n as f64);
-    }
-}
