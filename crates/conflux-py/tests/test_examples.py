@@ -17,3 +17,27 @@ def test_every_example_is_run():
 def test_example(name, n):
     out = ok(launch(REPO / "examples" / "torch" / f"{name}.py", n))
     assert f"{name} ok" in out, out
+
+
+def test_the_ladder_runs_every_rung_to_the_same_loss(tmp_path):
+    """scripts/ladder on this host (2 ranks, a few steps): every rung and gloo's three train
+    the same model to the same loss, and each conflux rung's trace gives its comm share."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import conflux_bin
+    out = tmp_path / "ladder.json"
+    env = dict(os.environ, CONFLUX_BIN=conflux_bin(), PYTHON=sys.executable)
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "ladder"), "--local", "--nodes", "1", "--nproc", "2",
+                        "--steps", "5", "--json", str(out), "--svg", str(tmp_path / "l.svg")],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [r["name"] for r in res["rungs"]] == ["baseline", "fusion", "link", "async", "sched"]
+    assert [r["name"] for r in res["gloo"]] == ["baseline", "fusion", "async"]
+    assert res["loss_spread"] <= 1e-3, res
+    for r in res["rungs"]:
+        assert r["samples_per_s"] > 0 and 0 <= r["comm_share"] <= 1 and 0 <= r["compute_util"] <= 1, r
+    assert (tmp_path / "l.svg").read_text().startswith("<svg")
