@@ -163,4 +163,3 @@ pub fn waited(tracer: &Tracer, id: u64, began: Instant) {
     let r = Raw { kind: kind::WAIT, thread: thread_id(), id, issued: ns(began), ended: ns(Instant::now()), ..blank() };
     tracer.side_record(r);
 }
-

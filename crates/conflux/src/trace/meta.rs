@@ -20,6 +20,8 @@ pub struct Meta {
     pub host: String,
     pub clock: Clock,
     pub comms: Vec<CommInfo>,
+    /// The threads that recorded anything, numbered per process: a process that runs several
+    /// ranks (tests do) lists the same threads in each rank's file.
     pub threads: Vec<ThreadInfo>,
     /// Records that could not be written (the disk refused them).
     pub dropped: u64,
