@@ -1,74 +1,35 @@
 //! Writing a rank's trace: `Tracer`, one per rank and trace directory in a process, shared by
-//! every communicator of that rank; `LaneTrace`, the records of one lane, kept in a small
-//! buffer the lane owns (no lock, no allocation per call) and appended to the rank's file a
-//! batch at a time.
+//! every communicator of that rank. Lanes record into their own `LaneTrace` (lane.rs);
+//! callers' threads (waits, step marks) into the tracer's shared buffer.
 //!
 //! Memory stays bounded however long the job runs: records stream to `rank-<r>.bin` (64 bytes
 //! each) in batches of at most `BATCH`, and a batch goes out at the latest `FLUSH_AGE` after
-//! its first record, to the rank's writer thread (`sink.rs`), which writes every 20 ms; so a
-//! rank killed mid-job leaves all but its last fraction of a second on disk. Records are
-//! dropped only when 4 MiB of them wait for a disk that cannot keep up, or the disk refuses
-//! them; the meta file counts those.
+//! its first record, to the rank's writer thread (`sink.rs`), which writes every 500 ms or as
+//! soon as 2 MiB wait; so a rank killed mid-job leaves all but its last second on disk.
+//! Records are dropped only when 8 MiB of them wait for a disk that cannot keep up, or the
+//! disk refuses them; the meta file counts those.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+pub use super::lane::LaneTrace;
 use super::meta::{Clock, CommInfo, Meta, ThreadInfo, FORMAT, VERSION};
-use super::record::{kind, Raw, NO_PEER};
+use super::record::{kind, Raw};
 use super::sink::Sink;
+pub use super::stamp::{blank, ns, thread_id};
+use super::stamp::{THREADS, THREAD_COUNT};
 
 /// Records a lane buffers before handing them to the writer thread (4 KiB: the buffer stays
 /// in the lane's cache).
-const BATCH: usize = 64;
+pub(super) const BATCH: usize = 64;
 /// The most a buffered record waits for its batch to go out (checked as records arrive).
-const FLUSH_AGE: Duration = Duration::from_millis(100);
+pub(super) const FLUSH_AGE: Duration = Duration::from_millis(100);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds at `t`. `Instant` reads the same clock on Linux, so
-/// instants the library already takes for its deadlines are stamps, with no clock read of
-/// their own.
-#[inline]
-pub fn ns(t: Instant) -> u64 {
-    static BASE: OnceLock<(Instant, u64)> = OnceLock::new();
-    let (base, base_ns) = *BASE.get_or_init(|| {
-        let now = Instant::now();
-        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        (now, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-    });
-    match t.checked_duration_since(base) {
-        Some(d) => base_ns + d.as_nanos() as u64,
-        None => base_ns.saturating_sub(base.duration_since(t).as_nanos() as u64),
-    }
-}
-
-/// The names of the threads that recorded anything, by number, for every meta file.
-static THREADS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-static THREAD_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static THREAD: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
-}
-
-/// This thread's number in traces.
-#[inline]
-pub fn thread_id() -> u32 {
-    THREAD.with(|id| {
-        if id.get() == u32::MAX {
-            let mut names = lock(&THREADS);
-            let cur = std::thread::current();
-            let name = cur.name().map_or_else(|| format!("thread {:?}", cur.id()), str::to_owned);
-            id.set(names.len() as u32);
-            names.push(name);
-            THREAD_COUNT.store(names.len(), Ordering::Release);
-        }
-        id.get()
-    })
 }
 
 /// Every live tracer of the process, for `mark_step` and for communicators of one rank to
@@ -243,7 +204,7 @@ impl Tracer {
     }
 
     /// Hands records to the writer thread.
-    fn append(&self, recs: &[Raw]) {
+    pub(super) fn append(&self, recs: &[Raw]) {
         self.bin.send(recs);
     }
 
@@ -319,54 +280,4 @@ pub fn sync_point_everywhere() {
 
 fn live_tracers() -> Vec<Arc<Tracer>> {
     lock(&TRACERS).iter().filter_map(Weak::upgrade).collect()
-}
-
-/// A record with nothing in it.
-pub fn blank() -> Raw {
-    Raw { peer: NO_PEER, ..bytemuck::Zeroable::zeroed() }
-}
-
-/// The records of one lane of one communicator.
-pub struct LaneTrace {
-    tracer: Arc<Tracer>,
-    pub comm: u16,
-    pub lane: u8,
-    buf: Vec<Raw>,
-}
-
-impl LaneTrace {
-    pub fn new(tracer: Arc<Tracer>, comm: u16, lane: u8) -> LaneTrace {
-        LaneTrace { tracer, comm, lane, buf: Vec::with_capacity(BATCH) }
-    }
-
-    pub fn tracer(&self) -> &Arc<Tracer> {
-        &self.tracer
-    }
-
-    /// Records an operation that ended (`r.ended` set).
-    #[inline]
-    pub fn push(&mut self, mut r: Raw) {
-        r.comm = self.comm;
-        r.lane = self.lane;
-        if r.flags & super::record::flag::ASYNC != 0 {
-            self.tracer.async_ended(r.ended);
-        }
-        self.buf.push(r);
-        let age = r.ended.saturating_sub(self.buf[0].ended);
-        if self.buf.len() >= BATCH || age > FLUSH_AGE.as_nanos() as u64 {
-            self.flush();
-        }
-    }
-
-    /// Hands the buffered records to the writer thread.
-    pub fn flush(&mut self) {
-        self.tracer.append(&self.buf);
-        self.buf.clear();
-    }
-}
-
-impl Drop for LaneTrace {
-    fn drop(&mut self) {
-        self.flush();
-    }
 }
