@@ -16,11 +16,15 @@ pub(crate) struct Planner {
     /// Choices made so far, by call and forced algorithm, with their rows: ranking every
     /// algorithm costs more than a small all_reduce on shared memory.
     chosen: HashMap<(Call, Option<Algo>), &'static Row>,
+    /// The last choice, looked at before `chosen`: a loop repeats one call shape, and
+    /// comparing it costs less than hashing it (a small all_reduce on shared memory spent
+    /// 2% of its time in SipHash).
+    last: Option<((Call, Option<Algo>), &'static Row)>,
 }
 
 impl Planner {
     pub fn new(topo: Topo, model: Model) -> Planner {
-        Planner { topo, model, logged: HashSet::new(), chosen: HashMap::new() }
+        Planner { topo, model, logged: HashSet::new(), chosen: HashMap::new(), last: None }
     }
 
     /// The table's row for the forced algorithm (`forced`) or the cost model's choice,
@@ -28,17 +32,23 @@ impl Planner {
     /// CONFLUX_DEBUG=info.
     #[inline]
     pub fn pick(&mut self, plan: &Plan, call: &Call) -> Result<&'static Row, String> {
-        let forced = forced(plan, call);
-        if let Some(&row) = self.chosen.get(&(*call, forced)) {
+        let key = (*call, forced(plan, call));
+        if let Some((_, row)) = self.last.filter(|(k, _)| *k == key) {
             return Ok(row);
         }
+        if let Some(&row) = self.chosen.get(&key) {
+            self.last = Some((key, row));
+            return Ok(row);
+        }
+        let forced = key.1;
         let algo = select::choose(&self.model, call, &self.topo, forced)?;
         // `choose` only returns algorithms that serve the call, which the table says.
         let row = table::find(algo, call.op).ok_or_else(|| format!("{algo} has no schedule for {}", call.op))?;
         if self.chosen.len() >= 4096 {
             self.chosen.clear();
         }
-        self.chosen.insert((*call, forced), row);
+        self.chosen.insert(key, row);
+        self.last = Some((key, row));
         let class = usize::BITS - call.bytes.leading_zeros();
         if tracing::enabled!(tracing::Level::INFO) && self.logged.insert((call.op, class)) {
             let ranked = select::ranked(&self.model, call, &self.topo);

@@ -11,6 +11,7 @@
 
 mod board;
 mod frame;
+mod parts;
 mod posted;
 mod ring;
 pub(crate) mod rounds;
@@ -26,6 +27,7 @@ use crate::call::{Calls, Fingerprint};
 use frame::RxState;
 pub use frame::Sink;
 pub(crate) use frame::COLL_BIT;
+pub use parts::Parts;
 use posted::PostedQueue;
 pub(crate) use posted::{Posted, PostedBuf};
 use ring::{SendProgress, ShmRx, ShmTx};

@@ -48,7 +48,7 @@ use std::time::Instant;
 
 use super::shm::{inline_lines, inline_span, INLINE_DATA};
 use super::wait::ring_doorbell;
-use super::{LinkError, Segment, Transport};
+use super::{LinkError, Parts, Segment, Transport};
 
 /// How one rank's bytes of a round travel: in its inline block (Inline above), or at an
 /// offset in its slot. Every rank takes the same way in a round.
@@ -325,7 +325,7 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
     /// from the inline lines into `scratch` (grown as needed). Inline, this rank's own part is
     /// not copied (an empty slice of the right length stands for it): callers take their own
     /// bytes from their input, or skip them.
-    pub fn parts<'a>(&'a self, range: Range<usize>, scratch: &'a mut Vec<u8>) -> Vec<&'a [u8]> {
+    pub fn parts<'a>(&'a self, range: Range<usize>, scratch: &'a mut Vec<u8>) -> Parts<'a> {
         let (n, me) = (self.rounds.ranks(), self.rounds.local_rank());
         let gather = if matches!(self.via, Via::Inline) { range.len() } else { 0 };
         if scratch.len() < n * gather {
@@ -360,7 +360,7 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
         let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
         assert!(len <= l.chunk && (0..n).all(|k| (self.lens)(k) == len), "a share of parts that differ");
         {
-            let parts: Vec<&[u8]> = (0..n).map(|k| self.part(k, mine.clone(), &mut [])).collect();
+            let parts: Parts<'_> = (0..n).map(|k| self.part(k, mine.clone(), &mut [])).collect();
             // SAFETY: slice `mine` of result(p) is written only by this rank (every rank's
             // share is its own slice of the same split of `len`, which every rank's part has,
             // as checked above and by the descriptors), and nobody reads it until this rank

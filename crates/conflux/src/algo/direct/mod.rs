@@ -33,7 +33,7 @@ use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
 use crate::transport::rounds::Via;
 use crate::transport::shm::INLINE_DATA;
-use crate::transport::LinkError;
+use crate::transport::{LinkError, Parts};
 
 pub(crate) mod blocks;
 
@@ -113,7 +113,7 @@ pub(crate) fn all_reduce(
         };
         let round = rounds.round(Via::Slot(place), len, |_| len, fill, deadline)?;
         if small {
-            let slots: Vec<&[u8]> = (0..n).map(|k| round.part(k, 0..len, &mut [])).collect();
+            let slots: Parts<'_> = (0..n).map(|k| round.part(k, 0..len, &mut [])).collect();
             reduce_whole(&slots, me, input, out, at, (dtype, op));
         } else {
             let reduce = |res: &mut [u8], parts: &[&[u8]]| reduce::reduce_many(dtype, op, res, parts);
@@ -142,7 +142,7 @@ pub(super) fn reduce_whole(
 ) {
     let len = slots[me].len();
     each_span(out, at..at + len, |span, off| {
-        let mut parts: Vec<&[u8]> = slots.iter().map(|sl| &sl[off..off + span.len()]).collect();
+        let mut parts: Parts<'_> = slots.iter().map(|sl| &sl[off..off + span.len()]).collect();
         // This rank's own part comes from its private buffer (its input, or in place the
         // output itself), not its slot, whose lines every peer is reading at the same moment:
         // read here too, they cost as much as a peer's (bf16 at 2 ranks: the reduction took
@@ -153,8 +153,8 @@ pub(super) fn reduce_whole(
                 reduce::reduce_many(dtype, op, span, &parts);
             }
             None => {
-                parts.remove(me);
-                reduce::reduce_many_with_dst(dtype, op, span, me, &parts);
+                let others: Parts<'_> = parts.iter().enumerate().filter(|&(k, _)| k != me).map(|(_, p)| *p).collect();
+                reduce::reduce_many_with_dst(dtype, op, span, me, &others);
             }
         }
     });
