@@ -125,7 +125,13 @@ pub fn write_chrome_trace(ranks: &[RankTrace], out: &mut dyn Write) -> std::io::
         let names: HashMap<u64, &str> = r.ops.iter().map(|o| (o.id, o.op.name())).collect();
         for w in &r.waits {
             threads.insert(w.thread);
-            let name = names.get(&w.op).copied().unwrap_or("op");
+            // A sync point's wait is the estimate for every asynchronous operation awaited
+            // where conflux could not see (torch's DDP).
+            let name = match names.get(&w.op) {
+                Some(n) => *n,
+                None if w.op == conflux::trace::SYNC_OP => "asynchronous operations (estimated)",
+                None => "op",
+            };
             ev.push(json!({"ph": "X", "pid": pid, "tid": thread_tid(w.thread), "name": format!("wait {name}"),
                 "cat": "wait", "ts": us(w.began), "dur": dur(w.began, w.ended), "args": {"op_id": w.op}}));
         }

@@ -381,8 +381,8 @@ impl<T> Work<T> {
     }
 
     /// Records the caller's waits on this operation, number `id` in `tracer`'s trace.
-    pub(crate) fn traced(mut self, tracer: Arc<Tracer>, id: u64, issued: Instant) -> Work<T> {
-        self.trace = Some(Box::new(Traced { tracer, id, issued }));
+    pub(crate) fn traced(mut self, tracer: Arc<Tracer>, issue: &super::traced::Issue) -> Work<T> {
+        self.trace = Some(Box::new(Traced { tracer, id: issue.id, issued: issue.at }));
         self
     }
 

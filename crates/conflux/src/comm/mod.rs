@@ -292,7 +292,7 @@ impl Communicator {
             Some(ct) => {
                 let issue = Issue::now(&ct.tracer, true);
                 plan.issue = Some(issue);
-                work.traced(ct.tracer.clone(), issue.id, issue.at)
+                work.traced(ct.tracer.clone(), &issue)
             }
             None => work,
         };
@@ -617,7 +617,7 @@ impl Communicator {
             dtype: <B::Elem as Element>::DTYPE,
             bytes: std::mem::size_of_val(buf.as_slice()),
         };
-        (work.traced(ct.tracer.clone(), issue.id, issue.at), Some(trace))
+        (work.traced(ct.tracer.clone(), &issue), Some(trace))
     }
 
     /// Marks the start of the next step (an iteration of the training loop) in this rank's

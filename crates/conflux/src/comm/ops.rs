@@ -199,7 +199,7 @@ pub(crate) fn run(st: &mut LaneState, plan: &Plan, coll: Coll<'_>, dtype: DataTy
     calls.record_failure(t);
     calls.log.ended(mark, r.is_ok());
     if let Some(lt) = &mut st.trace {
-        let issue = plan.issue.unwrap_or_else(|| Issue { at: started, ..Issue::now(lt.tracer(), false) });
+        let issue = plan.issue.unwrap_or_else(|| Issue::at(lt.tracer(), started, false));
         let ran = Ran { seq: calls.seq, algo: row.map(|r| r.algo), started, ok: r.is_ok() };
         lt.push(traced::op_record(&issue, &coll, shape.as_ref(), dtype, &ran));
     }

@@ -74,7 +74,13 @@ pub(crate) struct Issue {
 impl Issue {
     #[inline]
     pub fn now(tracer: &Tracer, asynchronous: bool) -> Issue {
-        Issue { at: Instant::now(), thread: thread_id(), id: tracer.next_op_id(), asynchronous }
+        Issue::at(tracer, Instant::now(), asynchronous)
+    }
+
+    /// A call issued at `at` by this thread.
+    #[inline]
+    pub fn at(tracer: &Tracer, at: Instant, asynchronous: bool) -> Issue {
+        Issue { at, thread: thread_id(), id: tracer.next_op_id(), asynchronous }
     }
 }
 

@@ -122,10 +122,6 @@ impl Tracer {
         Ok(t)
     }
 
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
     /// Registers a communicator; its records carry the number returned.
     pub fn add_comm(&self, name: &str, ranks: &[usize], rank: usize, link: &str) -> u16 {
         let mut m = lock(&self.meta);

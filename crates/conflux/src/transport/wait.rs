@@ -46,11 +46,10 @@ use liveness::{Liveness, NextLook};
 /// yield lets that peer run at once. Yielding on every long spin instead, whether or not a
 /// peer shares the CPU, made back-to-back broadcast and reduce at 2 ranks 10-20% slower: a
 /// yield is a system call.
+const YIELD_AFTER: Duration = Duration::from_micros(3);
 /// A waiter's pause grows by one pause instruction every this many nanoseconds it has spun
 /// (see `Waiter::pause`).
 const PAUSE_GROWS_EVERY_NS: u128 = 64;
-
-const YIELD_AFTER: Duration = Duration::from_micros(3);
 /// Longest a sleeper sleeps before it checks liveness, abort and the deadline again.
 const SLICE: Duration = Duration::from_millis(20);
 /// Longest a sleeper waits on sockets when shared-memory work is also pending.
