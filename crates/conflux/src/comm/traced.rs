@@ -12,7 +12,7 @@ use crate::dtype::DataType;
 use crate::store::StoreClient;
 use crate::trace::meta::Clock;
 use crate::trace::record::{algo_code, dtype_code, flag, kind, Op, Raw};
-use crate::trace::writer::{blank, ns, thread_id, Tracer};
+use crate::trace::writer::{blank, monotonic_ns, ns, thread_id, Tracer};
 
 /// A traced communicator's tracer and its number there.
 pub(crate) struct CommTrace {
@@ -44,11 +44,14 @@ pub fn clock(store: Option<&StoreClient>, on_rank0_host: bool) -> Clock {
     }
     let mut best: Option<(u64, i64)> = None;
     for _ in 0..CLOCK_PINGS {
-        let before = ns(Instant::now());
+        // Read raw, as the server reads its clock: the round trip brackets the server's read.
+        let before = monotonic_ns();
         let Ok(server) = store.server_clock_ns() else { break };
-        let after = ns(Instant::now());
+        let after = monotonic_ns();
         let rtt = after.saturating_sub(before);
-        let offset = server as i64 - (before / 2 + after / 2) as i64;
+        // (2 server - before - after) / 2, truncated toward zero: never beyond rtt / 2 when
+        // the server's read lies between ours.
+        let offset = ((2 * i128::from(server) - i128::from(before) - i128::from(after)) / 2) as i64;
         if best.is_none_or(|(r, _)| rtt < r) {
             best = Some((rtt, offset));
         }

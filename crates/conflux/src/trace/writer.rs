@@ -19,7 +19,7 @@ pub use super::lane::LaneTrace;
 use super::meta::{Clock, CommInfo, Meta, ThreadInfo, FORMAT, VERSION};
 use super::record::{kind, Raw};
 use super::sink::Sink;
-pub use super::stamp::{blank, ns, thread_id};
+pub use super::stamp::{blank, monotonic_ns, ns, thread_id};
 use super::stamp::{THREADS, THREAD_COUNT};
 
 /// Records a lane buffers before handing them to the writer thread (4 KiB: the buffer stays
