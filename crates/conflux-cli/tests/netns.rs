@@ -362,3 +362,73 @@ fn trace_clocks_across_hosts_agree_within_their_uncertainty() {
     assert!(rep.status.success(), "{}", text(&rep));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `cmd` in a namespace of its own (only loopback) whose nftables count, on output, all
+/// TCP bytes, the bytes marked DSCP af41 and the bytes with socket priority 4 (af41's class
+/// selector); returns those three byte counts.
+fn tcp_bytes_by_mark(tag: &str, env: &[(&str, &str)], cmd: &[&str]) -> [u64; 3] {
+    let ns = format!("cfxdscp-{}-{tag}", std::process::id());
+    let sh = |args: &[&str], stdin: Option<&str>| {
+        let mut c = Command::new(args[0]);
+        c.args(&args[1..]).stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        if let Some(s) = stdin {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{args:?} failed:\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    sh(&["ip", "netns", "add", &ns], None);
+    let run = std::panic::catch_unwind(|| {
+        sh(&["ip", "-n", &ns, "link", "set", "lo", "up"], None);
+        let rules = "table inet cfx {
+            counter tcp_all { }
+            counter af41 { }
+            counter prio4 { }
+            chain out {
+                type filter hook output priority 0;
+                meta l4proto tcp counter name \"tcp_all\"
+                ip dscp af41 counter name \"af41\"
+                meta priority 0:4 counter name \"prio4\"
+            }
+        }\n";
+        sh(&["ip", "netns", "exec", &ns, "nft", "-f", "-"], Some(rules));
+        let mut args = vec!["ip", "netns", "exec", &ns, "env"];
+        let pairs: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        args.extend(pairs.iter().map(String::as_str));
+        args.extend_from_slice(cmd);
+        sh(&args, None);
+        let listing = sh(&["ip", "netns", "exec", &ns, "nft", "list", "counters"], None);
+        // "counter tcp_all {\n packets 12 bytes 3456\n }" per counter, in the order made.
+        let bytes = |name: &str| -> u64 {
+            let at = listing.find(&format!("counter {name} ")).unwrap_or_else(|| panic!("no {name}:\n{listing}"));
+            let rest = &listing[at..];
+            let b = rest.split_whitespace().skip_while(|w| *w != "bytes").nth(1).expect("a byte count");
+            b.parse().expect("a number")
+        };
+        [bytes("tcp_all"), bytes("af41"), bytes("prio4")]
+    });
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    run.unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+#[test]
+fn a_traffic_class_marks_every_data_packet() {
+    if !netns_available(&["ip", "nft"]) {
+        return;
+    }
+    let job =
+        [CONFLUX, "run", "-n", "2", "--", CONFLUX, "bench", "all_reduce", "-b", "4M", "-e", "4M", "-n", "5", "--check"];
+    let tcp = ("CONFLUX_TRANSPORT", "tcp");
+    let [all, dscp, prio] = tcp_bytes_by_mark("on", &[tcp, ("CONFLUX_TRAFFIC_CLASS", "af41")], &job);
+    // 2 ranks x (5 timed + warm-up) all_reduces of 4 MiB, each sending 4 MiB over TCP, and
+    // little else (the store, the handshakes).
+    assert!(all > 40 << 20, "only {all} TCP bytes went out");
+    assert!(dscp as f64 >= 0.99 * all as f64, "{dscp} of {all} TCP bytes were marked af41");
+    assert!(prio as f64 >= 0.99 * all as f64, "{prio} of {all} TCP bytes had socket priority 4");
+    let [all, dscp, prio] = tcp_bytes_by_mark("off", &[tcp], &job);
+    assert!(all > 40 << 20 && dscp == 0 && prio == 0, "unmarked job: {dscp} and {prio} of {all} bytes marked");
+}

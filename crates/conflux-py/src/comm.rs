@@ -7,8 +7,10 @@ use std::time::Duration;
 use conflux::{with_dtype, Algo, Buffer, CommBuilder, Communicator, Config, Priority, ReduceOp, TraceAs};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::errors::py_err;
+use crate::options;
 use crate::raw::{Raw, Region, Triple};
 use crate::work::Work;
 
@@ -62,16 +64,23 @@ impl Comm {
     /// CONFLUX_*); `timeout` (seconds) overrides CONFLUX_TIMEOUT_S, `trace` (a directory)
     /// CONFLUX_TRACE.
     #[staticmethod]
-    #[pyo3(signature = (timeout=None, trace=None))]
-    fn from_env(py: Python<'_>, timeout: Option<f64>, trace: Option<String>) -> PyResult<Comm> {
-        let config = config_with(timeout, trace, None)?;
+    #[pyo3(signature = (timeout=None, trace=None, options=None))]
+    fn from_env(
+        py: Python<'_>,
+        timeout: Option<f64>,
+        trace: Option<String>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Comm> {
+        let config = options::from_dict(options)?.apply(&config_with(timeout, trace, None)?);
         let inner = py.detach(|| Communicator::from_env_with(config)).map_err(py_err)?;
         Ok(Comm { inner })
     }
 
     /// Joins a job by explicit rank, size and store ("host:port"; rank 0 serves it).
     #[staticmethod]
-    #[pyo3(signature = (rank, size, store=None, timeout=None, trace=None, trace_as=None))]
+    /// `options`: per-communicator settings (see `options::from_dict`), over the environment's.
+    #[pyo3(signature = (rank, size, store=None, timeout=None, trace=None, trace_as=None, options=None))]
+    #[allow(clippy::too_many_arguments)] // Python keywords, each optional
     fn create(
         py: Python<'_>,
         rank: usize,
@@ -80,9 +89,10 @@ impl Comm {
         timeout: Option<f64>,
         trace: Option<String>,
         trace_as: TraceAsArg,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Comm> {
         let config = config_with(timeout, trace, trace_as)?;
-        let mut b = CommBuilder::new(rank, size).config(config);
+        let mut b = CommBuilder::new(rank, size).config(config).options(&options::from_dict(options)?);
         if let Some(s) = store {
             b = b.store(s);
         }
@@ -143,16 +153,46 @@ impl Comm {
     }
 
     /// Collective over this communicator: `ranks[i]` becomes rank i; None for non-members.
-    fn new_group(&self, py: Python<'_>, ranks: Vec<usize>) -> PyResult<Option<Comm>> {
-        let g = py.detach(|| self.inner.new_group(&ranks)).map_err(py_err)?;
+    /// `options` (the same on every rank) set the group's link, algorithm, timeout, traffic class.
+    #[pyo3(signature = (ranks, options=None))]
+    fn new_group(
+        &self,
+        py: Python<'_>,
+        ranks: Vec<usize>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<Comm>> {
+        let o = options::from_dict(options)?;
+        let g = py.detach(|| self.inner.new_group_with(&ranks, &o)).map_err(py_err)?;
         Ok(g.map(|inner| Comm { inner }))
     }
 
     /// MPI_Comm_split: ranks with the same color form a group, ordered by (key, rank).
-    #[pyo3(signature = (color, key=0))]
-    fn split(&self, py: Python<'_>, color: Option<u32>, key: i64) -> PyResult<Option<Comm>> {
-        let g = py.detach(|| self.inner.split(color, key)).map_err(py_err)?;
+    #[pyo3(signature = (color, key=0, options=None))]
+    fn split(
+        &self,
+        py: Python<'_>,
+        color: Option<u32>,
+        key: i64,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<Comm>> {
+        let o = options::from_dict(options)?;
+        let g = py.detach(|| self.inner.split_with(color, key, &o)).map_err(py_err)?;
         Ok(g.map(|inner| Comm { inner }))
+    }
+
+    /// Measures every pair's link (collective; see `Communicator::link_health`): a dict of
+    /// matrices, kinds, slow pairs and references (`options::health_dict`).
+    #[pyo3(signature = (bytes=4 << 20, iters=10, threshold=0.5))]
+    fn check_link_health<'py>(
+        &self,
+        py: Python<'py>,
+        bytes: usize,
+        iters: usize,
+        threshold: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let o = options::health_options(bytes, iters, threshold);
+        let h = py.detach(|| self.inner.link_health(&o)).map_err(py_err)?;
+        options::health_dict(py, &h)
     }
 
     #[pyo3(signature = (buf, op, done=None))]

@@ -4,6 +4,7 @@
 mod callback;
 mod comm;
 mod errors;
+mod options;
 mod raw;
 mod work;
 

@@ -22,3 +22,9 @@ def test_asynchronous_calls_waited_on_in_random_ways_all_complete_right(n, trans
     # (40 of 67252 checks failed in 30 s before callback.rs).
     out = ok(launch(WORKERS / "async_soak.py", n, 8, 7, env={"CONFLUX_TRANSPORT": transport}, timeout=180))
     assert out.count("checks passed") == n
+
+
+def test_per_communicator_options_and_link_health():
+    # The environment gives shared memory; Options(transport="tcp") must give TCP, per group.
+    out = ok(launch(WORKERS / "options.py", 3, "numpy", timeout=120))
+    assert out.count("options ok") == 3

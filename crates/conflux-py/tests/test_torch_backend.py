@@ -28,6 +28,11 @@ def test_tcp_init_method_and_several_groups(transport):
         assert p.returncode == 0 and "tcp_init ok" in out, err[-3000:]
 
 
+def test_pg_options_choose_each_groups_link_and_link_health_shows_it():
+    out = ok(launch(WORKERS / "options.py", 2, "torch", timeout=120))
+    assert out.count("options ok") == 2
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_ddp_matches_gloo(tmp_path, n):
     params = {}

@@ -7,6 +7,9 @@ use crate::algo::{Algo, OpKind};
 use crate::auth::Token;
 use crate::error::{Error, Result};
 
+mod options;
+pub use options::{parse_traffic_class, Options};
+
 /// Which link type pairs of ranks use (`CONFLUX_TRANSPORT`, HCCL's set_transport).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportKind {
@@ -25,6 +28,14 @@ impl TransportKind {
             "shm" => Some(TransportKind::Shm),
             "tcp" => Some(TransportKind::Tcp),
             _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Auto => "auto",
+            TransportKind::Shm => "shm",
+            TransportKind::Tcp => "tcp",
         }
     }
 }
@@ -129,6 +140,10 @@ pub struct Config {
     /// The interface whose IPv4 address the data listeners bind to (`CONFLUX_SOCKET_IFNAME`,
     /// as NCCL_SOCKET_IFNAME); unset, the address this host uses to reach the store.
     pub socket_ifname: Option<String>,
+    /// DSCP code point marked on every TCP data packet (`CONFLUX_TRAFFIC_CLASS`: 0-63 or a
+    /// name, `ef`, `af41`, `cs3`, ...; see `sockopt::mark_traffic`), the TCP counterpart of
+    /// HCCL's RoCE traffic class. Unset, packets keep the system's default (0).
+    pub traffic_class: Option<u8>,
 }
 
 /// A communicator's identity in the trace, when not its own (see `Config::trace_as`).
@@ -164,6 +179,7 @@ impl Default for Config {
             deterministic: false,
             job_token: None,
             socket_ifname: None,
+            traffic_class: None,
         }
     }
 }
@@ -211,6 +227,9 @@ impl Config {
         }
         c.job_token = job_token_from_env();
         c.socket_ifname = var("CONFLUX_SOCKET_IFNAME").map(|v| v.trim().to_string());
+        if let Some(v) = var("CONFLUX_TRAFFIC_CLASS") {
+            c.traffic_class = Some(parse_traffic_class(&v).ok_or_else(|| bad("CONFLUX_TRAFFIC_CLASS", &v))?);
+        }
         c.validate()?;
         Ok(c)
     }
@@ -227,6 +246,7 @@ impl Config {
         check(self.shm_chunk_bytes >= 4096 && self.shm_chunk_bytes <= 1 << 30, "shm chunk must be 4K..1G")?;
         check(self.tcp_chunk_bytes >= 4096 && self.tcp_chunk_bytes <= 1 << 30, "tcp chunk must be 4K..1G")?;
         check(self.tcp_inflight >= 1 && self.tcp_inflight <= 1024, "tcp inflight must be 1..1024")?;
+        check(self.traffic_class.is_none_or(|tc| tc <= 63), "traffic class must be a DSCP code point, 0-63")?;
         check(!self.timeout.is_zero(), "timeout must be positive")
     }
 }

@@ -23,6 +23,6 @@ pub use algo::{Algo, OpKind};
 pub use comm::{
     Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, KindReference, LinkHealth, LinkKind, Priority, Work,
 };
-pub use config::{AlgoSpec, Config, TraceAs, TransportKind};
+pub use config::{AlgoSpec, Config, Options, TraceAs, TransportKind};
 pub use store::StoreError;
 pub use transport::LinkError;

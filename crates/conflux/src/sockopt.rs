@@ -29,12 +29,30 @@ pub(crate) fn keep_alive(stream: &TcpStream) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Applies the socket options every data connection gets.
-pub(crate) fn tune_socket(stream: &TcpStream, bufsize: usize) -> std::io::Result<()> {
+/// Applies the socket options every data connection gets; `dscp`, when set, marks its packets
+/// (see `mark_traffic`).
+pub(crate) fn tune_socket(stream: &TcpStream, bufsize: usize, dscp: Option<u8>) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     keep_alive(stream)?;
     let s = socket2::SockRef::from(stream);
     s.set_send_buffer_size(bufsize)?;
     s.set_recv_buffer_size(bufsize)?;
+    if let Some(dscp) = dscp {
+        mark_traffic(stream, dscp)?;
+    }
     Ok(())
+}
+
+/// Marks what `stream` sends with DSCP code point `dscp` (the IP header's traffic class, which
+/// switches and routers queue by: the TCP counterpart of RoCE's traffic class) and gives it
+/// the matching priority in this host's own queues (SO_PRIORITY, the class selector: DSCP / 8,
+/// at most 6, the highest an unprivileged process may set). The ECN bits stay the kernel's.
+pub(crate) fn mark_traffic(stream: &TcpStream, dscp: u8) -> std::io::Result<()> {
+    let s = socket2::SockRef::from(stream);
+    let tos = u32::from(dscp) << 2;
+    match stream.local_addr()? {
+        std::net::SocketAddr::V4(_) => s.set_tos_v4(tos)?,
+        std::net::SocketAddr::V6(_) => s.set_tclass_v6(tos)?,
+    }
+    s.set_priority(u32::from(dscp >> 3).min(6))
 }

@@ -19,20 +19,88 @@ from ._native import Work
 from . import _native
 from .errors import ClosedError, CommTimeout, ConfluxError, InvalidArgument, MismatchError, PeerError
 
-__all__ = ["init", "mark_step", "Communicator", "Work", "ConfluxError", "InvalidArgument", "PeerError", "CommTimeout",
-           "MismatchError", "ClosedError"]
+__all__ = ["init", "mark_step", "Communicator", "Options", "LinkHealth", "Work", "ConfluxError", "InvalidArgument",
+           "PeerError", "CommTimeout", "MismatchError", "ClosedError"]
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg", "band", "bor", "bxor")
 
 
-def init(rank=None, size=None, store=None, timeout=None, trace=None):
+class Options:
+    """Settings of one communicator, what HCCL's guide sets per communication domain; each
+    left None keeps the environment's (CONFLUX_*) or, for a group, its parent's value.
+
+    transport      "auto" (shared memory in a host, TCP between hosts), "shm" or "tcp"
+    algorithm      an algorithm for every collective ("ring", "tree", "rd", ...) or per
+                   operation, in CONFLUX_ALGO's syntax ("all_reduce:ring;broadcast:chain")
+    timeout        seconds (or a timedelta) every wait may take before it fails
+    traffic_class  DSCP code point marked on the group's TCP packets: 0-63 or a name such as
+                   "ef", "af41", "cs3" (CONFLUX_TRAFFIC_CLASS)
+
+    Every rank of a new communicator must pass the same options (checked: a group call with
+    different options fails on every rank, naming two ranks that differ)."""
+
+    __slots__ = ("transport", "algorithm", "timeout", "traffic_class")
+
+    def __init__(self, transport=None, algorithm=None, timeout=None, traffic_class=None):
+        self.transport = transport
+        self.algorithm = algorithm
+        self.timeout = timeout
+        self.traffic_class = traffic_class
+
+    def _native(self):
+        timeout = self.timeout
+        if hasattr(timeout, "total_seconds"):
+            timeout = timeout.total_seconds()
+        return {"transport": self.transport, "algorithm": self.algorithm, "timeout": timeout,
+                "traffic_class": self.traffic_class}
+
+    def __repr__(self):
+        set_ = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__ if getattr(self, k) is not None)
+        return f"conflux.Options({set_})"
+
+
+def _native_options(options):
+    if options is None:
+        return None
+    if not isinstance(options, Options):
+        raise InvalidArgument(f"options must be conflux.Options, not {type(options).__name__}")
+    return options._native()
+
+
+class LinkHealth:
+    """What `check_link_health` measured, the same on every rank. Matrices are indexed by
+    rank, diagonal 0 (kinds: None).
+
+    latency_us  one-way latency of 8 bytes, microseconds: half the median round trip
+    gbps        bandwidth, GB/s
+    kinds       the link each pair uses: "shm" or "tcp"
+    slow        (a, b, ratio) for each pair far worse than typical links of its kind, ratio
+                the worse of bandwidth / reference and reference latency / latency
+    reference   per kind: {"kind", "latency_us", "gbps", "pairs"}"""
+
+    def __init__(self, d):
+        self.latency_us, self.gbps, self.kinds = d["latency_us"], d["gbps"], d["kinds"]
+        self.slow = [tuple(p) for p in d["slow"]]
+        self.reference = d["reference"]
+
+    @property
+    def healthy(self):
+        return not self.slow
+
+    def __repr__(self):
+        return f"<conflux.LinkHealth {len(self.kinds)} ranks, {len(self.slow)} slow pairs>"
+
+
+def init(rank=None, size=None, store=None, timeout=None, trace=None, options=None):
     """Joins a job: from the environment when `rank` is None, else by rank, size and store
     ("host:port", served by rank 0). `timeout` (seconds) bounds every wait. `trace` (a
-    directory, as CONFLUX_TRACE) records every operation there for `conflux trace report`."""
+    directory, as CONFLUX_TRACE) records every operation there for `conflux trace report`.
+    `options` (`conflux.Options`) set this communicator's link, algorithm, timeout, traffic class."""
     trace = None if trace is None else str(trace)
+    native = _native_options(options)
     if rank is None:
-        return Communicator(_Comm.from_env(timeout, trace))
-    return Communicator(_Comm.create(rank, size, store, timeout, trace))
+        return Communicator(_Comm.from_env(timeout, trace, native))
+    return Communicator(_Comm.create(rank, size, store, timeout, trace, None, native))
 
 
 def mark_step():
@@ -149,15 +217,22 @@ class Communicator:
     def barrier(self, async_op=False):
         return self._issue(self._c.barrier, (), async_op)
 
-    def new_group(self, ranks):
-        """Collective over this communicator: `ranks[i]` becomes rank i. None for non-members."""
-        g = self._c.new_group(list(ranks))
+    def new_group(self, ranks, options=None):
+        """Collective over this communicator: `ranks[i]` becomes rank i. None for non-members.
+        `options` (`conflux.Options`, the same on every rank) override this communicator's."""
+        g = self._c.new_group(list(ranks), _native_options(options))
         return None if g is None else Communicator(g)
 
-    def split(self, color, key=0):
-        """MPI_Comm_split: equal colors form a group ordered by (key, rank); None opts out."""
-        g = self._c.split(color, key)
+    def split(self, color, key=0, options=None):
+        """MPI_Comm_split: equal colors form a group ordered by (key, rank); None opts out.
+        `options` as for `new_group`."""
+        g = self._c.split(color, key, _native_options(options))
         return None if g is None else Communicator(g)
+
+    def check_link_health(self, bytes=4 << 20, iters=10, threshold=0.5):
+        """Measures every pair's link, as HCCL's check_link_health and `conflux doctor`
+        (collective: every rank calls it with the same arguments); returns a `LinkHealth`."""
+        return LinkHealth(self._c.check_link_health(bytes, iters, threshold))
 
     def with_priority(self, priority):
         """A handle whose operations run on the "high" (or "normal") priority lane."""

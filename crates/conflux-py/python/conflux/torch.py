@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
 from . import _buffers as _b
+from . import LinkHealth, Options, _native_options
 from ._native import Comm as _Comm
 from .errors import CommTimeout, InvalidArgument
 
@@ -49,8 +50,31 @@ def register():
 
 
 def _create(opts, backend_options):
+    """torch's creator: `backend_options` is the `pg_options` of init_process_group/new_group,
+    a `conflux.torch.Options` (its timeout, when set, wins over the group's)."""
+    if backend_options is not None and not isinstance(backend_options, Options):
+        raise InvalidArgument(f"pg_options for the conflux backend must be conflux.torch.Options, "
+                              f"not {type(backend_options).__name__}")
     timeout = opts.timeout.total_seconds() if isinstance(opts.timeout, timedelta) else None
-    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts))
+    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts), backend_options)
+
+
+def _backend(group):
+    """The ConfluxBackend serving CPU tensors in `group` (None: the default group)."""
+    pg = group if group is not None else dist.group.WORLD
+    if pg is None:
+        raise InvalidArgument("torch.distributed is not initialized")
+    backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, ConfluxBackend):
+        raise InvalidArgument(f"this group's CPU backend is {type(backend).__name__}, not conflux")
+    return backend
+
+
+def check_link_health(group=None, bytes=4 << 20, iters=10, threshold=0.5):
+    """Measures every pair of `group`'s ranks (collective over it), as HCCL's
+    check_link_health: a `conflux.LinkHealth` (latency_us, gbps, kinds, slow), indexed by
+    group rank."""
+    return _backend(group).check_link_health(bytes, iters, threshold)
 
 
 def _trace_as(opts):
@@ -311,9 +335,13 @@ def _raise_errors(source):
 class ConfluxBackend(_C10dBackend):
     """torch.distributed's view of one conflux communicator."""
 
-    def __init__(self, store, rank, size, timeout=None, trace_as=None):
+    def __init__(self, store, rank, size, timeout=None, trace_as=None, options=None):
         super().__init__(rank, size)
-        self._comm = _Comm.create(rank, size, store_address(store, rank, size), timeout, None, trace_as)
+        self._comm = _Comm.create(rank, size, store_address(store, rank, size), timeout, None, trace_as,
+                                  _native_options(options))
+
+    def check_link_health(self, bytes=4 << 20, iters=10, threshold=0.5):
+        return LinkHealth(self._comm.check_link_health(bytes, iters, threshold))
 
     def getBackendName(self):
         return NAME

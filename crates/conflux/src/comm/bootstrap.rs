@@ -214,7 +214,8 @@ pub(crate) fn build(
     let bufsize = cfg.socket_buf_bytes.unwrap_or(cfg.tcp_chunk_bytes * cfg.tcp_inflight);
     let token = cfg.job_token.as_ref();
     for (p, stream) in connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), token, deadline)? {
-        tune_socket(&stream, bufsize).map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
+        tune_socket(&stream, bufsize, cfg.traffic_class)
+            .map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
         let link = TcpLink::new(stream, p, cfg.tcp_chunk_bytes, cfg.checksum)
             .map_err(|e| Error::setup("non-blocking socket", e))?;
         links[p] = Some(Link::tcp(link));

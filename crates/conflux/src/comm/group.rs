@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use super::core::Core;
 use super::Communicator;
+use crate::config::Options;
 use crate::error::{Error, Result};
 use crate::store::StoreError;
 use crate::transport::LinkError;
@@ -24,6 +25,13 @@ impl Communicator {
     /// `ranks[i]` becomes rank i). Every rank of this communicator must call it with the same
     /// list; those not in it get `Ok(None)`.
     pub fn new_group(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+        self.new_group_with(ranks, &Options::default())
+    }
+
+    /// `new_group` whose communicator gets `options` over this one's settings (its link kind,
+    /// algorithms, timeout, traffic class). Every rank must pass the same options.
+    pub fn new_group_with(&self, ranks: &[usize], options: &Options) -> Result<Option<Communicator>> {
+        options.validate()?;
         let n = self.size();
         let mut seen = vec![false; n];
         let mut problem = ranks.is_empty().then(|| "the list is empty".to_string());
@@ -33,14 +41,14 @@ impl Communicator {
                 problem.get_or_insert(format!("rank {r} {why} (this communicator has {n} ranks)"));
             }
         }
-        let ask = format!("new_group({ranks:?})");
+        let ask = format!("new_group({ranks:?}{})", options.describe());
         let (id, _) = self.agree(&ask)?;
         if let Some(p) = problem {
             return Err(Error::InvalidArgument(format!("{ask}: {p}")));
         }
         match ranks.iter().position(|&r| r == self.rank()) {
             None => Ok(None),
-            Some(me) => self.child(format!("{}/g{id}", self.core.prefix), ranks, me).map(Some),
+            Some(me) => self.child(format!("{}/g{id}", self.core.prefix), ranks, me, options).map(Some),
         }
     }
 
@@ -48,8 +56,15 @@ impl Communicator {
     /// communicator, ordered by `key`, then by their rank here. `None` (MPI_UNDEFINED) joins
     /// none and gets `Ok(None)`. Every rank of this communicator must call it.
     pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
+        self.split_with(color, key, &Options::default())
+    }
+
+    /// `split` whose communicators get `options` (see `new_group_with`); every rank, whatever
+    /// its color, must pass the same options.
+    pub fn split_with(&self, color: Option<u32>, key: i64, options: &Options) -> Result<Option<Communicator>> {
+        options.validate()?;
         let color_s = color.map_or("none".to_string(), |c| c.to_string());
-        let ask = format!("split(color={color_s}, key={key})");
+        let ask = format!("split(color={color_s}, key={key}){}", options.describe());
         let (id, calls) = self.agree(&ask)?;
         let Some(color) = color else { return Ok(None) };
         let mut members: Vec<(i64, usize)> = Vec::new();
@@ -63,7 +78,7 @@ impl Communicator {
         members.sort();
         let ranks: Vec<usize> = members.iter().map(|&(_, r)| r).collect();
         let me = ranks.iter().position(|&r| r == self.rank()).expect("this rank has this color");
-        self.child(format!("{}/g{id}/c{color}", self.core.prefix), &ranks, me).map(Some)
+        self.child(format!("{}/g{id}/c{color}", self.core.prefix), &ranks, me, options).map(Some)
     }
 
     /// Publishes this rank's call `ask` as group call number `id` and reads every rank's.
@@ -76,11 +91,11 @@ impl Communicator {
         let calls: Vec<String> = (0..self.size())
             .map(|r| if r == self.rank() { Ok(ask.to_string()) } else { self.asked(id, r) })
             .collect::<Result<_>>()?;
+        // Splits may differ in color and key, not in anything else (their options).
         fn kind(c: &str) -> &str {
-            if c.starts_with("split(") {
-                "split"
-            } else {
-                c
+            match c.strip_prefix("split(") {
+                Some(rest) => rest.split_once(')').map_or(c, |(_, options)| options),
+                None => c,
             }
         }
         if let Some(r) = (1..calls.len()).find(|&r| kind(&calls[r]) != kind(&calls[0])) {
@@ -112,9 +127,9 @@ impl Communicator {
     }
 
     /// The communicator of `ranks` (ranks of this one), where this rank is number `me`.
-    pub(super) fn child(&self, prefix: String, ranks: &[usize], me: usize) -> Result<Communicator> {
+    pub(super) fn child(&self, prefix: String, ranks: &[usize], me: usize, options: &Options) -> Result<Communicator> {
         let world: Arc<[usize]> = ranks.iter().map(|&r| self.core.world[r]).collect();
-        let (session, config) = (self.core.session.clone(), self.core.config.clone());
+        let (session, config) = (self.core.session.clone(), options.apply(&self.core.config));
         let core =
             Core::new(session, prefix, world, me, config, false, Some((self.core.model, self.core.model_source)))?;
         Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })
@@ -123,7 +138,7 @@ impl Communicator {
 
 /// `split(color=C, key=K)` back into (color, key).
 fn parse_split(s: &str) -> Option<(Option<u32>, i64)> {
-    let rest = s.strip_prefix("split(color=")?.strip_suffix(')')?;
+    let rest = s.strip_prefix("split(color=")?.split_once(')')?.0;
     let (c, k) = rest.split_once(", key=")?;
     let color = if c == "none" { None } else { Some(c.parse().ok()?) };
     Some((color, k.parse().ok()?))
@@ -137,6 +152,7 @@ mod tests {
     fn split_calls_parse_back() {
         assert_eq!(parse_split("split(color=3, key=-2)"), Some((Some(3), -2)));
         assert_eq!(parse_split("split(color=none, key=0)"), Some((None, 0)));
+        assert_eq!(parse_split("split(color=1, key=0), transport=tcp"), Some((Some(1), 0)));
         assert_eq!(parse_split("new_group([0, 1])"), None);
     }
 }

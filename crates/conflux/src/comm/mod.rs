@@ -38,7 +38,7 @@ pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
 use self::core::{Core, HighBusy, Lane};
 use crate::algo::coll::Coll;
 use crate::algo::{select, Algo, OpKind};
-use crate::config::{env_usize, var, Config};
+use crate::config::{env_usize, var, Config, Options};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::transport::{LinkError, Posted, PostedBuf};
@@ -81,6 +81,11 @@ impl CommBuilder {
     /// All tunables at once (e.g. `Config::from_env()?`).
     pub fn config(mut self, config: Config) -> CommBuilder {
         self.config = config;
+        self
+    }
+    /// Per-communicator settings over the config given so far (see [`Options`]).
+    pub fn options(mut self, options: &Options) -> CommBuilder {
+        self.config = options.apply(&self.config);
         self
     }
     pub fn build(self) -> Result<Communicator> {

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Communicator;
+use crate::config::Options;
 use crate::error::{Error, Result};
 use crate::store::StoreError;
 
@@ -29,7 +30,7 @@ impl Communicator {
         let base = format!("{}/shrink{n}", self.core.prefix);
         let world = &self.core.world;
         let Some((store, _)) = &self.core.session.store else {
-            return self.child(format!("{base}/c"), &[0], 0);
+            return self.child(format!("{base}/c"), &[0], 0, &Options::default());
         };
         let checked_in = |r: usize| format!("{base}/in/{}", world[r]);
         store.set(&checked_in(self.rank()), b"")?;
@@ -58,7 +59,7 @@ impl Communicator {
         let me = members.iter().position(|&r| r == self.rank()).expect("this rank checked in and is not gone");
         let tag: Vec<String> = members.iter().map(|&r| world[r].to_string()).collect();
         tracing::info!(members = tag.join(","), "shrink: new communicator");
-        let small = self.child(format!("{base}/c"), &members, me)?;
+        let small = self.child(format!("{base}/c"), &members, me, &Options::default())?;
         // The store replays the failures that made this shrink necessary to every new
         // communicator; they are not the new one's.
         let left_out: Vec<usize> = (0..self.size()).filter(|r| !members.contains(r)).map(|r| world[r]).collect();
