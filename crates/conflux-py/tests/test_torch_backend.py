@@ -1,12 +1,16 @@
 """The torch.distributed backend "conflux": every method, dtype and op against torch-computed
 references, DDP against gloo, failures named on the surviving ranks."""
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import WORKERS, conflux_bin, free_port, launch, ok, spawn
+from conftest import REPO, WORKERS, conflux_bin, free_port, launch, ok, spawn
 
 
 @pytest.mark.parametrize("n,quick", [(1, False), (2, False), (3, False), (4, True)])
@@ -102,3 +106,16 @@ def test_a_traced_job_reports_its_steps_and_operations(tmp_path, front):
         names = [sorted(c["name"] for c in m["comms"]) for m in metas]
         assert len(names[0]) == 2 and names[0] == names[1] and len(names[2]) == 1, names
         assert all(c["ranks"] == [0, 1] for c in metas[0]["comms"] if c["name"] != metas[2]["comms"][0]["name"])
+
+
+def test_torchrun_across_two_netns_nodes(tmp_path):
+    """torchrun --nnodes 2 on two network-namespace hosts, backend "conflux"."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = ("exec " + f"{torchrun} --nnodes 2 --nproc-per-node 2 --node-rank $NODE_RANK "
+           f"--master-addr $MASTER_ADDR --master-port $MASTER_PORT {WORKERS / 'nodes.py'}")
+    p = subprocess.run(["bash", str(REPO / "scripts" / "netns-cluster"), "--nodes", "2", "--", "bash", "-c", cmd],
+                       capture_output=True, text=True, timeout=240)
+    out = ok(p)
+    assert out.count("nodes ok") == 4, out

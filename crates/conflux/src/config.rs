@@ -7,7 +7,9 @@ use crate::algo::{Algo, OpKind};
 use crate::auth::Token;
 use crate::error::{Error, Result};
 
+mod launcher;
 mod options;
+pub use launcher::{job_from_env, JobEnv};
 pub use options::{parse_traffic_class, Options};
 
 /// Which link type pairs of ranks use (`CONFLUX_TRANSPORT`, HCCL's set_transport).
@@ -275,14 +277,6 @@ pub fn bind_from_env() -> Result<Bind> {
         Some("none") => Ok(Bind::Off),
         Some("core") => Ok(Bind::Core),
         Some(v) => Err(bad("CONFLUX_BIND", v)),
-    }
-}
-
-/// Reads the torchrun variable `name` as a number.
-pub(crate) fn env_usize(name: &str) -> Result<Option<usize>> {
-    match var(name) {
-        None => Ok(None),
-        Some(v) => v.trim().parse().map(Some).map_err(|_| bad(name, &v)),
     }
 }
 

@@ -453,7 +453,15 @@ class ConfluxBackend(_C10dBackend):
         return self._run(opts, output_tensors, steps)
 
     def allgather_coalesced(self, output_lists, input_list, opts):
-        return self.allgather(output_lists, input_list, opts)
+        """torch's layout (as gloo's): output_lists[r][j] receives rank r's input_list[j]."""
+        n = self.size()
+        if len(output_lists) != n or any(len(outs) != len(input_list) for outs in output_lists):
+            raise InvalidArgument(f"all_gather_coalesced: output lists must be {n} (one per rank) of "
+                                  f"{len(input_list)} tensors (one per input); got "
+                                  f"{[len(outs) for outs in output_lists]}")
+        per_input = [[output_lists[r][j] for r in range(n)] for j in range(len(input_list))]
+        steps = [self._all_gather_step(o, i) for o, i in zip(per_input, input_list)]
+        return self._run(opts, output_lists, steps)
 
     def _all_gather_single_step(self, output, inp):
         if output.numel() != inp.numel() * self.size() or output.dtype != inp.dtype:

@@ -169,9 +169,12 @@ def movement(rank, n, count):
     check("allreduce_coalesced b", b, reduce_ref(torch.float32, R.SUM, [value(torch.float32, R.SUM, r, 3, salt=1) for r in range(n)], n))
     outs = [[torch.empty(count), torch.empty(count)] for _ in range(n)]
     ins = [value(torch.float32, R.SUM, rank, count), value(torch.float32, R.SUM, rank, count, salt=2)]
-    g.allgather_coalesced([list(x) for x in zip(*outs)], ins).wait()
+    # torch's own wrapper and layout: outs[r][j] is rank r's ins[j] (issue 31 found it read
+    # the other way round, refused as "1 tensors for 2 ranks" at 2 ranks).
+    dist.all_gather_coalesced(outs, ins)
     for r in range(n):
-        check(f"allgather_coalesced [{r}]", outs[r][0], value(torch.float32, R.SUM, r, count))
+        check(f"all_gather_coalesced [{r}][0]", outs[r][0], value(torch.float32, R.SUM, r, count))
+        check(f"all_gather_coalesced [{r}][1]", outs[r][1], value(torch.float32, R.SUM, r, count, salt=2))
     o1, o2 = torch.empty(n * count), torch.empty(n * 2)
     g.allgather_into_tensor_coalesced([o1, o2], [ins[0], value(torch.float32, R.SUM, rank, 2, salt=5)]).wait()
     check("allgather_into_tensor_coalesced", o1, torch.cat([value(torch.float32, R.SUM, r, count) for r in range(n)]))

@@ -38,7 +38,7 @@ pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
 use self::core::{Core, HighBusy, Lane};
 use crate::algo::coll::Coll;
 use crate::algo::{select, Algo, OpKind};
-use crate::config::{env_usize, var, Config, Options};
+use crate::config::{Config, Options};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::transport::{LinkError, Posted, PostedBuf};
@@ -115,22 +115,19 @@ fn invalid(msg: String) -> Error {
 }
 
 impl Communicator {
-    /// Joins the job torchrun (or `conflux run`) started: RANK, WORLD_SIZE, MASTER_ADDR,
-    /// MASTER_PORT, and the `CONFLUX_*` knobs.
+    /// Joins the job its launcher started: torchrun or `conflux run` (RANK, WORLD_SIZE,
+    /// MASTER_ADDR, MASTER_PORT), Slurm's srun, Open MPI's mpirun or a PMI launcher (see
+    /// `config::job_from_env`), with the `CONFLUX_*` knobs.
     pub fn from_env() -> Result<Communicator> {
         Communicator::from_env_with(Config::from_env()?)
     }
 
     /// Like `from_env`, with the tunables given instead of read from `CONFLUX_*`.
     pub fn from_env_with(config: Config) -> Result<Communicator> {
-        let size = env_usize("WORLD_SIZE")?.unwrap_or(1);
-        let rank = env_usize("RANK")?.unwrap_or(0);
-        let mut b = CommBuilder::new(rank, size).config(config);
-        if size > 1 {
-            let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-            let port = env_usize("MASTER_PORT")?
-                .ok_or_else(|| Error::Config("MASTER_PORT is not set (needed when WORLD_SIZE > 1)".into()))?;
-            b = b.store(format!("{addr}:{port}"));
+        let job = crate::config::job_from_env()?;
+        let mut b = CommBuilder::new(job.rank, job.size).config(config);
+        if let Some(store) = job.store {
+            b = b.store(store);
         }
         b.build()
     }
