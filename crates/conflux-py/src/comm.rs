@@ -203,6 +203,53 @@ impl Comm {
         })
     }
 
+    /// Reduces every buffer of `bufs` (one dtype) in place, as one message.
+    #[pyo3(signature = (bufs, op, done=None))]
+    fn all_reduce_coalesced(
+        &self,
+        py: Python<'_>,
+        bufs: Vec<Triple>,
+        op: &str,
+        done: Option<Py<PyAny>>,
+    ) -> PyResult<Option<Work>> {
+        let regions: Vec<Region> = bufs.iter().map(Region::parse).collect::<PyResult<_>>()?;
+        let (op, c) = (reduce_op(op)?, &self.inner);
+        let Some(first) = regions.first() else { return Ok(None) };
+        with_dtype!(first.dtype(), T => {
+            let raws: Vec<Raw<T>> = regions.iter().map(|r| Raw::<T>::new(*r)).collect::<PyResult<_>>()?;
+            issue(
+                py,
+                done,
+                raws,
+                |mut raws| {
+                    let mut slices: Vec<&mut [T]> = raws.iter_mut().map(|r| r.as_mut_slice()).collect();
+                    c.all_reduce_coalesced(&mut slices, op)
+                },
+                |raws| c.all_reduce_coalesced_async(raws, op),
+            )
+        })
+    }
+
+    /// The survivors' communicator (collective over the ranks still alive; see
+    /// `Communicator::shrink`).
+    fn shrink(&self, py: Python<'_>) -> PyResult<Comm> {
+        let inner = py.detach(|| self.inner.shrink()).map_err(py_err)?;
+        Ok(Comm { inner })
+    }
+
+    /// Why this communicator can no longer be used ("aborted", "aborted by rank 2", "shut
+    /// down", ...), or None while it can.
+    #[getter]
+    fn closed(&self) -> Option<String> {
+        self.inner.closed_reason()
+    }
+
+    /// Bytes a gradient bucket holds (`CONFLUX_BUCKET_MB`).
+    #[getter]
+    fn bucket_bytes(&self) -> usize {
+        self.inner.config().bucket_bytes
+    }
+
     #[pyo3(signature = (buf, root, done=None))]
     fn broadcast(&self, py: Python<'_>, buf: Triple, root: usize, done: Option<Py<PyAny>>) -> PyResult<Option<Work>> {
         let (r, c) = (Region::parse(&buf)?, &self.inner);

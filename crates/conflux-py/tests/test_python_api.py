@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import WORKERS, launch, ok
+from conftest import WORKERS, launch, ok, spawn
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -28,3 +28,28 @@ def test_per_communicator_options_and_link_health():
     # The environment gives shared memory; Options(transport="tcp") must give TCP, per group.
     out = ok(launch(WORKERS / "options.py", 3, "numpy", timeout=120))
     assert out.count("options ok") == 3
+
+
+def test_survivors_shrink_and_go_on_after_a_rank_dies():
+    procs = spawn(WORKERS / "shrink.py", 3)
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert procs[2].returncode == 3, outs[2]
+    for r in (0, 1):
+        assert procs[r].returncode == 0 and "shrink ok" in outs[r][0], outs[r]
+
+
+def test_the_native_stubs_name_every_method_and_ship_with_py_typed():
+    import ast
+    from pathlib import Path
+
+    import conflux
+    from conflux import _native
+
+    pkg = Path(conflux.__file__).parent
+    assert (pkg / "py.typed").exists()
+    tree = ast.parse((pkg / "_native.pyi").read_text())
+    stubbed = {c.name: {f.name for f in c.body if isinstance(f, ast.FunctionDef)}
+               for c in tree.body if isinstance(c, ast.ClassDef)}
+    for cls in ("Comm", "Work"):
+        public = {m for m in dir(getattr(_native, cls)) if not m.startswith("_")}
+        assert public == stubbed[cls], (cls, public ^ stubbed[cls])

@@ -91,6 +91,63 @@ class LinkHealth:
         return f"<conflux.LinkHealth {len(self.kinds)} ranks, {len(self.slow)} slow pairs>"
 
 
+class Bucketer:
+    """The open bucket and the launched ones of `Communicator.bucketed`."""
+
+    def __init__(self, comm, op, cap_bytes):
+        self._comm, self._op, self._cap = comm, op, cap_bytes
+        self._open, self._open_bytes, self._works, self._dtype = [], 0, [], None
+
+    def push(self, buf):
+        """Adds a ready buffer: launches the open bucket first if this one would overflow it (or
+        has another dtype), and after if it is full. Do not touch the buffer until finish()."""
+        b = _b.describe(buf)
+        nbytes = b.count * _b.SIZES[b.dtype]
+        if self._open and (self._open_bytes + nbytes > self._cap or b.dtype != self._dtype):
+            self.flush()
+        self._dtype = b.dtype
+        self._open.append(buf)
+        self._open_bytes += nbytes
+        if self._open_bytes >= self._cap:
+            self.flush()
+
+    def flush(self):
+        """Launches the open bucket now, full or not."""
+        if self._open:
+            bufs, self._open, self._open_bytes = self._open, [], 0
+            self._works.append(self._comm.all_reduce_coalesced(bufs, self._op, async_op=True))
+
+    @property
+    def buckets(self):
+        """Buckets launched so far."""
+        return len(self._works)
+
+    def finish(self):
+        """Launches the open bucket and waits for every bucket; raises the first error."""
+        self.flush()
+        works, self._works, first = self._works, [], None
+        for w in works:
+            try:
+                w.wait()
+            except Exception as e:  # noqa: BLE001 - every bucket is waited for, then the first error
+                first = first or e
+        if first is not None:
+            raise first
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.finish()
+            return False
+        try:  # the buffers are the engine's until every bucket is over, error or not
+            self.finish()
+        except Exception:  # noqa: BLE001 - the block's own exception is the one to raise
+            pass
+        return False
+
+
 def init(rank=None, size=None, store=None, timeout=None, trace=None, options=None):
     """Joins a job: from the environment when `rank` is None, else by rank, size and store
     ("host:port", served by rank 0). `timeout` (seconds) bounds every wait. `trace` (a
@@ -178,8 +235,15 @@ class Communicator:
         call = self._algo(algorithm).reduce_scatter
         return self._issue(call, (tmp.triple(), _op(op, s.dtype)), async_op, tmp, r, then=then)
 
-    def all_to_all(self, send, recv, send_counts=None, recv_counts=None, async_op=False, algorithm=None):
-        """Block p of `send` goes to rank p; counts (elements per rank) default to equal blocks."""
+    def all_to_all(self, *positional, send=None, recv=None, send_counts=None, recv_counts=None, async_op=False,
+                   algorithm=None):
+        """Block p of `send` goes to rank p; counts (elements per rank) default to equal blocks.
+
+        `send` and `recv` are keyword-only: torch's all_to_all_single takes (output, input), the
+        reverse, and with equal sizes a swapped call would run and exchange the wrong data."""
+        if positional or send is None or recv is None:
+            raise InvalidArgument("all_to_all takes its buffers by keyword, all_to_all(send=..., recv=...): "
+                                  "torch's all_to_all_single takes (output, input), the reverse order")
         s, r = _b.describe(send, writable=False), _b.describe(recv)
         self._same(s, r, True, "")
         n = self.size
@@ -192,6 +256,42 @@ class Communicator:
         recv_counts = equal(r, "recv") if recv_counts is None else recv_counts
         args = (s.triple(), list(send_counts), r.triple(), list(recv_counts))
         return self._issue(self._algo(algorithm).all_to_all_v, args, async_op, s, r)
+
+    def all_reduce_coalesced(self, bufs, op="sum", async_op=False):
+        """Reduces every buffer of the list `bufs` (one dtype) in place, as one message: many
+        small tensors for the price of one call. Ranks pass the same lengths in the same order."""
+        described = [_b.describe(b) for b in bufs]
+        if not described:
+            return None
+        dtype = described[0].dtype
+        if any(d.dtype != dtype for d in described):
+            raise InvalidArgument(f"all_reduce_coalesced: buffers of several dtypes "
+                                  f"({sorted({d.dtype for d in described})}); coalesce each dtype apart")
+        return self._issue(self._c.all_reduce_coalesced, ([d.triple() for d in described], _op(op, dtype)),
+                           async_op, *described)
+
+    def bucketed(self, op="sum", bucket_mb=None):
+        """Gradient fusion as DDP's buckets, a context manager: push buffers as they become
+        ready (backward's order); each bucket of about `bucket_mb` MB (CONFLUX_BUCKET_MB, 25)
+        is reduced in place, asynchronously, as it fills. Leaving the block launches the rest and
+        waits for every bucket (`finish`); then every buffer holds its result.
+
+            with comm.bucketed("avg") as b:
+                for g in reversed(grads):
+                    b.push(g)
+        """
+        cap = self._c.bucket_bytes if bucket_mb is None else int(float(bucket_mb) * (1 << 20))
+        if cap <= 0:
+            raise InvalidArgument(f"bucketed: bucket_mb must be positive, not {bucket_mb}")
+        return Bucketer(self, op, cap)
+
+    def shrink(self):
+        """The communicator of the ranks of this one still alive, renumbered in order (collective
+        over the survivors: after a rank died, each survivor calls it and carries on)."""
+        return Communicator(self._c.shrink())
+
+    closed = property(lambda self: self._c.closed,
+                      doc="Why this communicator can no longer be used (\"aborted\", ...), or None.")
 
     def send(self, buf, peer, tag=0, async_op=False):
         b = _b.describe(buf, writable=False)

@@ -83,7 +83,7 @@ def main():
     # Uneven all_to_all: rank r sends r + p elements to rank p.
     send = np.concatenate([np.full(rank + p, 100 * rank + p, np.int32) for p in range(n)])
     recv = np.empty(sum(p + rank for p in range(n)), np.int32)
-    c.all_to_all(send, recv, [rank + p for p in range(n)], [p + rank for p in range(n)])
+    c.all_to_all(send=send, recv=recv, send_counts=[rank + p for p in range(n)], recv_counts=[p + rank for p in range(n)])
     check("all_to_all_v", recv, np.concatenate([np.full(p + rank, 100 * p + rank, np.int32) for p in range(n)]))
     # Buffer-protocol objects that are not numpy arrays.
     ba = bytearray([rank + 1] * 8)
@@ -121,6 +121,30 @@ def main():
             check("recv from any rank: every sender once", np.array(sorted(senders)), np.arange(1, n))
         else:
             c.send(np.full(3, 7 * rank, np.int32), 0, tag=4)
+    # Fusion: a list reduced as one message, blocking and not; buckets as DDP's.
+    parts = [np.full(k * 100 + 1, float(rank + k), np.float64) for k in range(5)]
+    c.all_reduce_coalesced(parts)
+    for k, p in enumerate(parts):
+        check(f"all_reduce_coalesced [{k}]", p, np.full(k * 100 + 1, float(sum(r + k for r in range(n))), np.float64))
+    parts = [np.full(17, rank * 3 + k, np.int32) for k in range(3)]
+    c.all_reduce_coalesced(parts, op="max", async_op=True).wait()
+    for k, p in enumerate(parts):
+        check(f"async all_reduce_coalesced max [{k}]", p, np.full(17, (n - 1) * 3 + k, np.int32))
+    grads = [np.full(1000 + 37 * k, float(rank * (k + 1)), np.float32) for k in range(12)]
+    with c.bucketed("avg", bucket_mb=0.01) as b:  # ~10 KB buckets: several launched meanwhile
+        for g in reversed(grads):
+            b.push(g)
+        pushed_buckets = b.buckets
+    check("bucketed launched buckets as they filled", np.array(pushed_buckets > 1), np.array(True))
+    for k, g in enumerate(grads):
+        check(f"bucketed avg [{k}]", g, np.full(1000 + 37 * k, float((k + 1) * (n - 1) / 2), np.float32))
+    # all_to_all's buffers only by keyword: torch's order is the reverse.
+    try:
+        c.all_to_all(np.ones(n, np.int32), np.ones(n, np.int32))
+        failures.append("positional all_to_all: no error")
+    except conflux.InvalidArgument as e:
+        check(f"positional all_to_all refused ({e})", "keyword" in str(e), True)
+    check("not closed while usable", c.closed is None, True)
     # Groups: evens and odds.
     sub = c.split(rank % 2, key=-rank)
     t = np.array([rank], np.int64)
@@ -162,6 +186,7 @@ def main():
         failures.append("barrier after shutdown: no error")
     except conflux.ClosedError:
         check("closed after shutdown", 1, 1)
+    check(f"closed says why ({c.closed})", c.closed is not None, True)
     finish(rank, checks, failures)
 
 

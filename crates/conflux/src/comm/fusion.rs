@@ -14,7 +14,7 @@
 //! order depends on the element's block, so across hosts they agree to rounding.
 
 use super::ops;
-use super::{bytes_mut, Communicator, Work};
+use super::{bytes_mut, Buffer, Communicator, Work};
 use crate::algo::coll::Coll;
 use crate::dtype::{Element, ReduceOp};
 use crate::error::Result;
@@ -25,6 +25,18 @@ impl Communicator {
     pub fn all_reduce_coalesced<T: Element>(&self, bufs: &mut [&mut [T]], op: ReduceOp) -> Result<()> {
         let mut pieces: Vec<&mut [u8]> = bufs.iter_mut().map(|b| bytes_mut(b)).collect();
         self.blocking(Coll::AllReduce { input: None, out: &mut pieces, op }, T::DTYPE)
+    }
+
+    /// Non-blocking `all_reduce_coalesced`: the buffers come back through the handle.
+    pub fn all_reduce_coalesced_async<B: Buffer>(&self, mut bufs: Vec<B>, op: ReduceOp) -> Work<Vec<B>> {
+        let dtype = <B::Elem as Element>::DTYPE;
+        let total: usize = bufs.iter().map(|b| b.as_slice().len()).sum();
+        let what = format!("all_reduce({dtype} x {total}) of {} coalesced buffers", bufs.len());
+        self.spawn(what, move |t, plan| {
+            let mut pieces: Vec<&mut [u8]> = bufs.iter_mut().map(|b| bytes_mut(b.as_mut_slice())).collect();
+            ops::run(t, plan, Coll::AllReduce { input: None, out: &mut pieces, op }, dtype)?;
+            Ok(bufs)
+        })
     }
 
     /// Gradient fusion, as DDP's and Horovod's buckets: inside `f`, push tensors in the order

@@ -650,6 +650,15 @@ impl Communicator {
         self.core.abort();
     }
 
+    /// Why this communicator can no longer be used, or None while it can: "aborted" (this
+    /// rank's `abort`), the reason it was closed (shut down), or the failure that ended it.
+    pub fn closed_reason(&self) -> Option<String> {
+        self.core.usable().err().map(|e| match e {
+            Error::Closed(why) => why,
+            other => other.to_string(),
+        })
+    }
+
     /// Finishes what was issued, says goodbye to the other ranks and closes the links. Later
     /// calls fail with `Closed`. Dropping the last handle does the same. Shut sub-groups down
     /// before the communicator they came from: the job's goodbye lets rank 0 stop the store.

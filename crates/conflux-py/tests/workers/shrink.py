@@ -1,0 +1,37 @@
+"""Shrink after a failure, from Python: 3 ranks; the last one dies after the first all_reduce;
+the others see a PeerError naming it, shrink to the survivors and go on computing right.
+Started one process per rank (not by `conflux run`, which would stop the job). Prints
+"shrink ok" on each survivor."""
+
+import os
+
+import numpy as np
+
+import conflux
+
+
+def main():
+    comm = conflux.init(timeout=30)
+    rank, n = comm.rank, comm.size
+    x = np.full(8, float(rank))
+    comm.all_reduce(x)
+    assert np.all(x == sum(range(n)))
+    if rank == n - 1:
+        os._exit(3)  # dies without a goodbye
+    try:
+        comm.all_reduce(np.ones(1 << 16))
+        raise AssertionError("the all_reduce with a dead rank succeeded")
+    except conflux.PeerError as e:
+        assert e.rank == n - 1, (e.rank, str(e))
+    small = comm.shrink()
+    assert (small.rank, small.size) == (rank, n - 1), (small.rank, small.size)
+    y = np.arange(100, dtype=np.float32) * (rank + 1)
+    small.all_reduce(y)
+    assert np.array_equal(y, np.arange(100, dtype=np.float32) * sum(r + 1 for r in range(n - 1)))
+    small.shutdown()
+    print(f"rank {rank}: shrink ok", flush=True)
+    os._exit(0)  # the job's first communicator still waits for the dead rank's goodbye
+
+
+if __name__ == "__main__":
+    main()
