@@ -100,6 +100,12 @@ impl Comm {
         Ok(Comm { inner })
     }
 
+    /// A new handle on this communicator for the C ABI (capi.rs), owned by the caller until
+    /// it gives it back with the ABI's `release`.
+    fn c_handle(&self) -> usize {
+        crate::capi::handle_of(&self.inner)
+    }
+
     /// Marks the start of the next step in this rank's trace; its number, or None untraced.
     fn mark_step(&self) -> Option<u64> {
         self.inner.mark_step()

@@ -5,7 +5,7 @@ use conflux::{Error, LinkError};
 use pyo3::prelude::*;
 
 /// The Python class for `e` and the rank it blames.
-fn classify(e: &Error) -> &'static str {
+pub(crate) fn classify(e: &Error) -> &'static str {
     match e {
         Error::InvalidArgument(_) | Error::Config(_) => "InvalidArgument",
         Error::WaitTimeout { .. } => "CommTimeout",

@@ -2,6 +2,7 @@
 //! package `conflux` (crates/conflux-py/python), which wraps this module.
 
 mod callback;
+mod capi;
 mod comm;
 mod errors;
 mod options;
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<work::Work>()?;
     m.add_function(wrap_pyfunction!(mark_step, m)?)?;
     m.add_function(wrap_pyfunction!(sync_point, m)?)?;
+    m.add_function(wrap_pyfunction!(capi::c_api, m)?)?;
     m.add("kernel", conflux::reduce::kernel_name())?;
     Ok(())
 }

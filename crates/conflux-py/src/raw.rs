@@ -28,11 +28,16 @@ impl Region {
     pub fn parse(t: &Triple) -> PyResult<Region> {
         let (addr, count, dtype) = (t.0, t.1, t.2.as_str());
         let dtype = DataType::parse(dtype).ok_or_else(|| PyValueError::new_err(format!("unknown dtype {dtype:?}")))?;
+        Region::new(addr, count, dtype).map_err(PyValueError::new_err)
+    }
+
+    /// A region from its parts, as the Python layer or the C++ backend (capi.rs) describe it.
+    pub fn new(addr: usize, count: usize, dtype: DataType) -> Result<Region, String> {
         if count > 0 && addr == 0 {
-            return Err(PyValueError::new_err("a non-empty buffer at address 0"));
+            return Err("a non-empty buffer at address 0".into());
         }
         if addr % dtype.size() != 0 {
-            return Err(PyValueError::new_err(format!("buffer at {addr:#x} is not aligned for {dtype}")));
+            return Err(format!("buffer at {addr:#x} is not aligned for {dtype}"));
         }
         Ok(Region { addr, count, dtype })
     }
@@ -57,8 +62,13 @@ unsafe impl<T: Element> Send for Raw<T> {}
 impl<T: Element> Raw<T> {
     /// The region as elements of `T`, which must be its dtype.
     pub fn new(r: Region) -> PyResult<Raw<T>> {
+        Raw::of(r).map_err(PyValueError::new_err)
+    }
+
+    /// `new` without Python's error type, for callers that hold no GIL (capi.rs).
+    pub fn of(r: Region) -> Result<Raw<T>, String> {
         if r.dtype != T::DTYPE {
-            return Err(PyValueError::new_err(format!("a {} buffer where {} was expected", r.dtype, T::DTYPE)));
+            return Err(format!("a {} buffer where {} was expected", r.dtype, T::DTYPE));
         }
         let ptr = NonNull::new(r.addr as *mut T).unwrap_or(NonNull::dangling());
         Ok(Raw { ptr, len: r.count })

@@ -49,14 +49,42 @@ def register():
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
 
 
+def _cpp():
+    """The C++ backend's module (conflux._c10d, built by `pip install ./crates/conflux-py/csrc`),
+    or None: not built, or CONFLUX_TORCH_BACKEND=python asks for the Python one."""
+    choice = os.environ.get("CONFLUX_TORCH_BACKEND", "auto").lower()
+    if choice not in ("auto", "cpp", "python"):
+        raise InvalidArgument(f"CONFLUX_TORCH_BACKEND must be auto, cpp or python, not {choice!r}")
+    if choice == "python":
+        return None
+    try:
+        from . import _c10d
+    except ImportError:
+        if choice == "cpp":
+            raise
+        return None
+    return _c10d
+
+
 def _create(opts, backend_options):
     """torch's creator: `backend_options` is the `pg_options` of init_process_group/new_group,
-    a `conflux.torch.Options` (its timeout, when set, wins over the group's)."""
+    a `conflux.torch.Options` (its timeout, when set, wins over the group's). The backend is
+    the C++ one when it is built (see `_cpp`), else the Python one below."""
     if backend_options is not None and not isinstance(backend_options, Options):
         raise InvalidArgument(f"pg_options for the conflux backend must be conflux.torch.Options, "
                               f"not {type(backend_options).__name__}")
     timeout = opts.timeout.total_seconds() if isinstance(opts.timeout, timedelta) else None
-    return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts), backend_options)
+    cpp = _cpp()
+    if cpp is None:
+        return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts), backend_options)
+    comm = _comm_for(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts), backend_options)
+    return cpp.ConfluxBackend(comm, opts.group_rank, opts.group_size)
+
+
+def _comm_for(store, rank, size, timeout, trace_as, options):
+    """The conflux communicator of one torch group, bootstrapped through torch's store."""
+    return _Comm.create(rank, size, store_address(store, rank, size), timeout, None, trace_as,
+                        _native_options(options))
 
 
 def _backend(group):
@@ -65,7 +93,8 @@ def _backend(group):
     if pg is None:
         raise InvalidArgument("torch.distributed is not initialized")
     backend = pg._get_backend(torch.device("cpu"))
-    if not isinstance(backend, ConfluxBackend):
+    cpp = _cpp()
+    if not isinstance(backend, ConfluxBackend) and not (cpp is not None and isinstance(backend, cpp.ConfluxBackend)):
         raise InvalidArgument(f"this group's CPU backend is {type(backend).__name__}, not conflux")
     return backend
 
@@ -74,7 +103,7 @@ def check_link_health(group=None, bytes=4 << 20, iters=10, threshold=0.5):
     """Measures every pair of `group`'s ranks (collective over it), as HCCL's
     check_link_health: a `conflux.LinkHealth` (latency_us, gbps, kinds, slow), indexed by
     group rank."""
-    return _backend(group).check_link_health(bytes, iters, threshold)
+    return LinkHealth(_backend(group).comm.check_link_health(bytes, iters, threshold))
 
 
 def _trace_as(opts):
@@ -337,11 +366,12 @@ class ConfluxBackend(_C10dBackend):
 
     def __init__(self, store, rank, size, timeout=None, trace_as=None, options=None):
         super().__init__(rank, size)
-        self._comm = _Comm.create(rank, size, store_address(store, rank, size), timeout, None, trace_as,
-                                  _native_options(options))
+        self._comm = _comm_for(store, rank, size, timeout, trace_as, options)
 
-    def check_link_health(self, bytes=4 << 20, iters=10, threshold=0.5):
-        return LinkHealth(self._comm.check_link_health(bytes, iters, threshold))
+    @property
+    def comm(self):
+        """The conflux communicator behind this group (as the C++ backend's `comm`)."""
+        return self._comm
 
     def getBackendName(self):
         return NAME
