@@ -13,6 +13,7 @@
 #include <torch/extension.h>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -693,6 +694,23 @@ class ConfluxBackend : public c10d::Backend {
   const void* handle_;
 };
 
+// The group torch hands to users, with the backend serving its CPU tensors. Only so that the
+// group names itself "conflux" where torch asks the group rather than its backend (DDP's
+// logging data): a group made by torch for a backend registered by name says "custom".
+class ConfluxProcessGroup : public c10d::ProcessGroup {
+ public:
+  ConfluxProcessGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                      c10::intrusive_ptr<ConfluxBackend> backend)
+      : c10d::ProcessGroup(std::move(store), rank, size) {
+    setBackend(c10::DeviceType::CPU, BackendType::CUSTOM, backend);
+    setDefaultBackend(BackendType::CUSTOM);
+  }
+
+  const std::string getBackendName() const override {
+    return "conflux";
+  }
+};
+
 }  // namespace conflux_torch
 
 PYBIND11_MODULE(_c10d, m) {
@@ -720,4 +738,7 @@ PYBIND11_MODULE(_c10d, m) {
   py::class_<ConfluxBackend, c10d::Backend, c10::intrusive_ptr<ConfluxBackend>>(m, "ConfluxBackend")
       .def(py::init<py::object, int, int>(), py::arg("comm"), py::arg("rank"), py::arg("size"))
       .def_property_readonly("comm", &ConfluxBackend::comm);
+  py::class_<ConfluxProcessGroup, c10d::ProcessGroup, c10::intrusive_ptr<ConfluxProcessGroup>>(m, "ConfluxProcessGroup")
+      .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, c10::intrusive_ptr<ConfluxBackend>>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("backend"));
 }

@@ -32,6 +32,18 @@ def test_tcp_init_method_and_several_groups(transport):
         assert p.returncode == 0 and "tcp_init ok" in out, err[-3000:]
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_cpp_backend_answers_what_a_python_one_could_not(n):
+    out = ok(launch(WORKERS / "cpp_backend.py", n, timeout=120))
+    assert out.count("cpp backend ok") == n
+
+
+def test_the_python_backend_still_serves_every_method():
+    # The fallback where the C++ backend is not built (CONFLUX_TORCH_BACKEND=python forces it).
+    out = ok(launch(WORKERS / "torch_methods.py", 2, "--quick", env={"CONFLUX_TORCH_BACKEND": "python"}, timeout=300))
+    assert out.count("checks passed") == 2
+
+
 def test_pg_options_choose_each_groups_link_and_link_health_shows_it():
     out = ok(launch(WORKERS / "options.py", 2, "torch", timeout=120))
     assert out.count("options ok") == 2
@@ -71,6 +83,7 @@ def test_a_failed_rank_is_named_on_the_others(mode):
         assert blamed == str(victim), f"rank {r}: {line}\n{out}"
         if mode == "kill_irecv":
             assert "FUTURE " in out and "FUTURE not" not in out and "without" not in out, out
+            assert "WORK completed=True success=False exception=True" in out, out
         if mode == "stall":
             # timeout= is honoured: not before it, and not much after. A survivor whose own
             # deadline has not yet fired may first hear the other survivor's report (PeerError).

@@ -78,7 +78,10 @@ def _create(opts, backend_options):
     if cpp is None:
         return ConfluxBackend(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts), backend_options)
     comm = _comm_for(opts.store, opts.group_rank, opts.group_size, timeout, _trace_as(opts), backend_options)
-    return cpp.ConfluxBackend(comm, opts.group_rank, opts.group_size)
+    backend = cpp.ConfluxBackend(comm, opts.group_rank, opts.group_size)
+    # A group of its own rather than torch's, so that it calls itself "conflux" (DDP's logging
+    # data asks the group); torch then uses it in place of the one it made.
+    return cpp.ConfluxProcessGroup(opts.store, opts.group_rank, opts.group_size, backend)
 
 
 def _comm_for(store, rank, size, timeout, trace_as, options):

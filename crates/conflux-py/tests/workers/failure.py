@@ -36,6 +36,10 @@ def main():
             try:
                 work.wait()
             finally:
+                # The Work itself tells the failure too (a C++ backend's Work can; see README).
+                if os.environ.get("CONFLUX_TORCH_BACKEND", "auto") != "python":
+                    print(f"WORK completed={work.is_completed()} success={work.is_success()} "
+                          f"exception={work.exception() is not None}", flush=True)
                 # The receive's future carries the same failure, once the wait has returned.
                 if not future.done():
                     print("FUTURE not done after wait() raised", flush=True)
