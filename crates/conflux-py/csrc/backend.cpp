@@ -324,7 +324,7 @@ class ConfluxBackend : public c10d::Backend {
                                            const c10d::AllreduceOptions& opts) override {
     Plan p;
     for (auto& t : tensors) p.reducing(CFX_ALL_REDUCE, t, opts.reduceOp);
-    return run(OpType::ALLREDUCE, "conflux:all_reduce", tensors, tensors, std::move(p), opts.asyncOp);
+    return run(OpType::ALLREDUCE, "conflux:all_reduce", tensors, tensors, std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -343,14 +343,14 @@ class ConfluxBackend : public c10d::Backend {
       });
     }
     return run(OpType::ALLREDUCE_COALESCED, "conflux:all_reduce_coalesced", tensors, tensors, std::move(p),
-               opts.asyncOp);
+               opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
     Plan p;
     check_root(opts.rootRank, "reduce");
     p.reducing(CFX_REDUCE, tensors.at(opts.rootTensor), opts.reduceOp).call.peer = opts.rootRank;
-    return run(OpType::REDUCE, "conflux:reduce", tensors, tensors, std::move(p), opts.asyncOp);
+    return run(OpType::REDUCE, "conflux:reduce", tensors, tensors, std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -358,7 +358,7 @@ class ConfluxBackend : public c10d::Backend {
     Plan p;
     check_root(opts.rootRank, "broadcast");
     for (auto& t : tensors) p.add(CFX_BROADCAST, p.contig(t)).call.peer = opts.rootRank;
-    return run(OpType::BROADCAST, "conflux:broadcast", tensors, tensors, std::move(p), opts.asyncOp);
+    return run(OpType::BROADCAST, "conflux:broadcast", tensors, tensors, std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -367,7 +367,7 @@ class ConfluxBackend : public c10d::Backend {
     Plan p;
     if (outputs.size() != inputs.size()) invalid("all_gather: one output list per input tensor");
     for (size_t j = 0; j < inputs.size(); j++) all_gather_step(p, outputs[j], inputs[j]);
-    return run(OpType::ALLGATHER, "conflux:all_gather", inputs, flat_list(outputs), std::move(p), opts.asyncOp);
+    return run(OpType::ALLGATHER, "conflux:all_gather", inputs, flat_list(outputs), std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists,
@@ -388,14 +388,14 @@ class ConfluxBackend : public c10d::Backend {
       all_gather_step(p, per_rank, inputs[j]);
     }
     return run(OpType::ALLGATHER_COALESCED, "conflux:all_gather_coalesced", inputs, flat_list(output_lists),
-               std::move(p), opts.asyncOp);
+               std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
     Plan p;
     all_gather_single_step(p, output, input);
-    return run(OpType::_ALLGATHER_BASE, "conflux:all_gather", {input}, {output}, std::move(p), opts.asyncOp);
+    return run(OpType::_ALLGATHER_BASE, "conflux:all_gather", {input}, {output}, std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -405,7 +405,7 @@ class ConfluxBackend : public c10d::Backend {
     if (outputs.size() != inputs.size()) invalid("all_gather_into_tensor_coalesced: as many outputs as inputs");
     for (size_t j = 0; j < inputs.size(); j++) all_gather_single_step(p, outputs[j], inputs[j]);
     return run(OpType::ALLGATHER_INTO_TENSOR_COALESCED, "conflux:all_gather_coalesced", inputs, outputs,
-               std::move(p), opts.asyncOp);
+               std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -418,7 +418,7 @@ class ConfluxBackend : public c10d::Backend {
       reduce_scatter_step(p, outputs[j], at::cat(flatten_all(input_lists[j])), opts.reduceOp);
     }
     return run(OpType::REDUCE_SCATTER, "conflux:reduce_scatter", flat_list(input_lists), outputs, std::move(p),
-               opts.asyncOp);
+               opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -426,7 +426,7 @@ class ConfluxBackend : public c10d::Backend {
     Plan p;
     reduce_scatter_step(p, output, input.reshape(-1).clone(), opts.reduceOp);
     return run(OpType::_REDUCE_SCATTER_BASE, "conflux:reduce_scatter", {input}, {output}, std::move(p),
-               opts.asyncOp);
+               opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -438,7 +438,7 @@ class ConfluxBackend : public c10d::Backend {
       reduce_scatter_step(p, outputs[j], inputs[j].reshape(-1).clone(), opts.reduceOp);
     }
     return run(OpType::REDUCE_SCATTER_TENSOR_COALESCED, "conflux:reduce_scatter_coalesced", inputs, outputs,
-               std::move(p), opts.asyncOp);
+               std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -449,7 +449,7 @@ class ConfluxBackend : public c10d::Backend {
     at::Tensor send = input.contiguous();
     at::Tensor recv = p.contig(output);
     all_to_all_step(p, send, counts(input, input_splits), recv, counts(output, output_splits));
-    return run(OpType::ALLTOALL_BASE, "conflux:all_to_all", {input}, {output}, std::move(p), opts.asyncOp);
+    return run(OpType::ALLTOALL_BASE, "conflux:all_to_all", {input}, {output}, std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -477,7 +477,7 @@ class ConfluxBackend : public c10d::Backend {
         at += o.numel();
       }
     });
-    return run(OpType::ALLTOALL, "conflux:all_to_all", inputs, outputs, std::move(p), opts.asyncOp);
+    return run(OpType::ALLTOALL, "conflux:all_to_all", inputs, outputs, std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& output_lists,
@@ -500,7 +500,7 @@ class ConfluxBackend : public c10d::Backend {
       });
     }
     all_to_all_step(p, in, sc, recv, rc);
-    return run(OpType::GATHER, "conflux:gather", inputs, flat_list(output_lists), std::move(p), opts.asyncOp);
+    return run(OpType::GATHER, "conflux:gather", inputs, flat_list(output_lists), std::move(p), opts.asyncOp, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
@@ -520,7 +520,7 @@ class ConfluxBackend : public c10d::Backend {
       std::fill(sc.begin(), sc.end(), n);
     }
     all_to_all_step(p, send, sc, recv, rc);
-    return run(OpType::SCATTER, "conflux:scatter", flat_list(input_lists), outputs, std::move(p), opts.asyncOp);
+    return run(OpType::SCATTER, "conflux:scatter", flat_list(input_lists), outputs, std::move(p), opts.asyncOp, opts.timeout);
   }
 
   // -- point to point: always asynchronous, as torch's are
@@ -556,14 +556,18 @@ class ConfluxBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     Plan p;
     p.steps.emplace_back(CFX_BARRIER, CFX_U8);
-    return run(OpType::BARRIER, "conflux:barrier", {}, {}, std::move(p), opts.asyncOp);
+    return run(OpType::BARRIER, "conflux:barrier", {}, {}, std::move(p), opts.asyncOp, opts.timeout);
   }
 
  private:
   // Blocking (`async` false: each step on this thread, then the copies back; the Work comes
   // back complete) or issued asynchronously.
   c10::intrusive_ptr<c10d::Work> run(OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-                                     std::vector<at::Tensor> outputs, Plan plan, bool async) {
+                                     std::vector<at::Tensor> outputs, Plan plan, bool async,
+                                     std::chrono::milliseconds timeout = c10d::kUnsetTimeout) {
+    if (timeout.count() > 0) {  // torch's per-call timeout, where its options set one
+      for (Step& s : plan.steps) s.call.timeout_ms = static_cast<uint64_t>(timeout.count());
+    }
     auto work = c10::make_intrusive<ConfluxWork>(rank_, type, title, inputs, std::move(outputs));
     if (async) {
       work->start(handle_, std::move(plan));

@@ -62,6 +62,7 @@ typedef struct cfx_call {
   const uint64_t* send_counts;
   const uint64_t* recv_counts;
   uint64_t ncounts;
+  uint64_t timeout_ms; /* this call's deadline; 0: the communicator's */
 } cfx_call;
 
 typedef struct cfx_outcome {

@@ -46,6 +46,7 @@ pub struct CfxCall {
     send_counts: *const u64,
     recv_counts: *const u64,
     ncounts: u64,
+    timeout_ms: u64,
 }
 
 #[repr(C)]
@@ -319,6 +320,13 @@ unsafe extern "C" fn call(
     let (comm, c) = unsafe { (comm_of(comm), &*c) };
     let notify = done.map(|done| Notify { done, ctx });
     let issued_async = notify.is_some();
+    let timed;
+    let comm = if c.timeout_ms > 0 {
+        timed = comm.with_timeout(Some(std::time::Duration::from_millis(c.timeout_ms)));
+        &timed
+    } else {
+        comm
+    };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(comm, c, notify)))
         .unwrap_or_else(|_| Err(Error::InvalidArgument("conflux panicked in this call (a bug)".into())));
     let o = outcome(&r.map(|()| None));

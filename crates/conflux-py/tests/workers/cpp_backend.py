@@ -9,12 +9,14 @@ C++"): run under `conflux run` at 2+ ranks. Prints "cpp backend ok" on every ran
 
 import os
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 import conflux.torch as ct
+from conflux.errors import CommTimeout
 
 
 def main():
@@ -61,6 +63,20 @@ def main():
     # Link health of the default group, through the backend's communicator.
     kinds = ct.check_link_health(bytes=1 << 12, iters=2).kinds
     assert all(kinds[i][j] == ("shm" if i != j else None) for i in range(n) for j in range(n)), kinds
+    # A per-call timeout (torch's opts.timeout) bounds that call alone: rank 0 calls on a group
+    # where nobody else does, and fails after 1 s instead of the group's 10 minutes.
+    if os.environ.get("CONFLUX_TORCH_BACKEND", "auto") != "python":
+        lonely = dist.new_group(list(range(n)))
+        if rank == 0:
+            opts = dist.AllreduceOptions()
+            opts.timeout = timedelta(seconds=1)
+            start = time.monotonic()
+            try:
+                lonely.allreduce([torch.ones(4)], opts).wait()
+                raise AssertionError("an all_reduce nobody else joined completed")
+            except CommTimeout:
+                took = time.monotonic() - start
+                assert 0.9 < took < 10, took
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: cpp backend ok", flush=True)

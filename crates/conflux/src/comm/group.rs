@@ -132,7 +132,7 @@ impl Communicator {
         let (session, config) = (self.core.session.clone(), options.apply(&self.core.config));
         let core =
             Core::new(session, prefix, world, me, config, false, Some((self.core.model, self.core.model_source)))?;
-        Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })
+        Ok(Communicator { core: Arc::new(core), lane: 0, algo: None, timeout: None })
     }
 }
 

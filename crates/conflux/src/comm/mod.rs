@@ -102,6 +102,8 @@ pub struct Communicator {
     lane: usize,
     /// The algorithm this handle's collectives must use (see [`Communicator::with_algo`]).
     algo: Option<Algo>,
+    /// The deadline of this handle's calls, if not the communicator's (see `with_timeout`).
+    timeout: Option<Duration>,
 }
 
 fn bytes<T: Element>(s: &[T]) -> &[u8] {
@@ -145,7 +147,7 @@ impl Communicator {
         let session = Arc::new(Session::open(rank, size, store, config.timeout, config.job_token.as_ref())?);
         let world: Arc<[usize]> = (0..size).collect();
         let core = Core::new(session, "conflux".into(), world, rank, config, true, None)?;
-        Ok(Communicator { core: Arc::new(core), lane: 0, algo: None })
+        Ok(Communicator { core: Arc::new(core), lane: 0, algo: None, timeout: None })
     }
 
     /// A handle on this same communicator whose operations run at `priority`. Operations of
@@ -153,7 +155,7 @@ impl Communicator {
     /// not held back by normal ones issued before it, and may finish first. Ranks must issue
     /// the operations of each priority in the same order.
     pub fn with_priority(&self, priority: Priority) -> Communicator {
-        Communicator { core: self.core.clone(), lane: priority.lane(), algo: self.algo }
+        Communicator { core: self.core.clone(), lane: priority.lane(), ..*self }
     }
 
     /// A handle on this same communicator whose collectives use `algo` (None: the usual
@@ -162,7 +164,13 @@ impl Communicator {
     /// it does not support) fails with `InvalidArgument` naming why, on every rank, before
     /// anything is sent. Every rank must use the same algorithm for the same call.
     pub fn with_algo(&self, algo: Option<Algo>) -> Communicator {
-        Communicator { core: self.core.clone(), lane: self.lane, algo }
+        Communicator { core: self.core.clone(), algo, ..*self }
+    }
+
+    /// A handle on this same communicator whose calls each get `timeout` (None: the
+    /// communicator's) to complete, as torch's per-call `opts.timeout`.
+    pub fn with_timeout(&self, timeout: Option<Duration>) -> Communicator {
+        Communicator { core: self.core.clone(), timeout, ..*self }
     }
 
     /// The algorithm this handle forces, if any.
@@ -209,7 +217,8 @@ impl Communicator {
 
     /// What this handle's calls run with: its lane's plan and its forced algorithm.
     fn plan(&self) -> Plan {
-        Plan { call_algo: self.algo, ..self.lane().plan }
+        let base = self.lane().plan;
+        Plan { call_algo: self.algo, timeout: self.timeout.unwrap_or(base.timeout), ..base }
     }
 
     /// The global rank (in the job) of each rank of this communicator.
