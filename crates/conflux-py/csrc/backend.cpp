@@ -180,9 +180,7 @@ class ConfluxWork : public c10d::Work {
  public:
   ConfluxWork(int rank, OpType type, const char* title, const std::vector<at::Tensor>& inputs,
               std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type, title, std::optional<std::vector<at::Tensor>>(inputs)),
-        outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      : c10d::Work(rank, type, title, std::optional<std::vector<at::Tensor>>(inputs)), outputs_(std::move(outputs)) {}
 
   int sourceRank() const override {
     std::lock_guard<std::mutex> g(mutex_);
@@ -208,8 +206,21 @@ class ConfluxWork : public c10d::Work {
     return true;
   }
 
+  // Made on first request (most calls never get one: a blocking call's is never asked for),
+  // settled at once if the call is over, else when it completes.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    return future_;
+    bool settle;
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (future_) return future_;
+      static const auto type = c10::ListType::create(c10::TensorType::get());
+      future_ = c10::make_intrusive<c10::ivalue::Future>(type);
+      f = future_;
+      settle = settled_;
+    }
+    if (settle) settle_future(f);
+    return f;
   }
 
   // Issues the plan's steps; the Work completes when the last one does.
@@ -264,12 +275,23 @@ class ConfluxWork : public c10d::Work {
       }
     }
     plan_ = Plan();  // the tensors are the caller's again
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      outcome_ = error;
+      settled_ = true;
+      f = future_;  // one asked for before now is settled here; a later one by getFuture
     }
+    if (f) settle_future(f);
     finish(error);
+  }
+
+  void settle_future(const c10::intrusive_ptr<c10::ivalue::Future>& f) {
+    if (outcome_) {
+      f->setError(outcome_);
+    } else {
+      f->markCompleted(c10::IValue(outputs_));
+    }
   }
 
   std::vector<at::Tensor> outputs_;
@@ -278,6 +300,8 @@ class ConfluxWork : public c10d::Work {
   int64_t left_ = 0;
   int64_t source_ = -1;
   std::exception_ptr error_;
+  bool settled_ = false;        // the outcome is final (guarded by mutex_)
+  std::exception_ptr outcome_;  // the call's error, once settled
 };
 
 // ---------------------------------------------------------------------------- Backend
