@@ -60,6 +60,13 @@ def main():
     names = {e.name for e in prof.events()}
     assert {"conflux:all_reduce", "conflux:broadcast"} <= names, sorted(x for x in names if "conflux" in x)
 
+    # torch's flight recorder has them too, under the backend's name (as gloo's under "gloo").
+    import json
+    from torch._C import _distributed_c10d as c10d
+    recorded = json.loads(c10d._dump_fr_trace_json(True, False, "conflux")).get("entries", [])
+    names = [e.get("profiling_name") for e in recorded]
+    assert "conflux:all_reduce" in names and "conflux:broadcast" in names, names
+
     # Link health of the default group, through the backend's communicator.
     kinds = ct.check_link_health(bytes=1 << 12, iters=2).kinds
     assert all(kinds[i][j] == ("shm" if i != j else None) for i in range(n) for j in range(n)), kinds
