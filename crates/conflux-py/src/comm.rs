@@ -236,6 +236,23 @@ impl Comm {
         })
     }
 
+    /// Every rank's status from this rank's view, without waiting for any (see
+    /// `Communicator::status`): dicts of "rank", "world_rank", "alive", "last_call", "links".
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let all = py.detach(|| self.inner.status());
+        all.iter()
+            .map(|s| {
+                let d = PyDict::new(py);
+                d.set_item("rank", s.rank)?;
+                d.set_item("world_rank", s.world_rank)?;
+                d.set_item("alive", s.alive)?;
+                d.set_item("last_call", &s.last_call)?;
+                d.set_item("links", s.link)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
     /// The survivors' communicator (collective over the ranks still alive; see
     /// `Communicator::shrink`).
     fn shrink(&self, py: Python<'_>) -> PyResult<Comm> {

@@ -21,7 +21,8 @@ pub mod config;
 pub mod cpus;
 pub use algo::{Algo, OpKind};
 pub use comm::{
-    Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, KindReference, LinkHealth, LinkKind, Priority, Work,
+    Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, KindReference, LinkHealth, LinkKind, Priority,
+    RankStatus, Work,
 };
 pub use config::{AlgoSpec, Config, Options, TraceAs, TransportKind};
 pub use store::StoreError;

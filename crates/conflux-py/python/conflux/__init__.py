@@ -285,6 +285,14 @@ class Communicator:
             raise InvalidArgument(f"bucketed: bucket_mb must be positive, not {bucket_mb}")
         return Bucketer(self, op, cap)
 
+    def status(self):
+        """One dict per rank, what HCCL's get_device_status tells of each card, from this
+        rank's view and without waiting for any rank (so it answers while ranks are stuck):
+        "rank", "world_rank", "alive" (its process is still in the job; None if the store
+        cannot say), "last_call" (the last collective it entered, "#12 all_reduce(float x 4,
+        sum)", for ranks on this host; else None) and "links" ("self", "shm" or "tcp")."""
+        return self._c.status()
+
     def shrink(self):
         """The communicator of the ranks of this one still alive, renumbered in order (collective
         over the survivors: after a rank died, each survivor calls it and carries on)."""

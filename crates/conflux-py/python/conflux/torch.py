@@ -102,6 +102,12 @@ def _backend(group):
     return backend
 
 
+def status(group=None):
+    """Every rank of `group` as this rank sees it, without waiting for any: see
+    `conflux.Communicator.status` ("rank" is the group rank)."""
+    return _backend(group).comm.status()
+
+
 def check_link_health(group=None, bytes=4 << 20, iters=10, threshold=0.5):
     """Measures every pair of `group`'s ranks (collective over it), as HCCL's
     check_link_health: a `conflux.LinkHealth` (latency_us, gbps, kinds, slow), indexed by

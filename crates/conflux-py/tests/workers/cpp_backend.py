@@ -67,6 +67,12 @@ def main():
     names = [e.get("profiling_name") for e in recorded]
     assert "conflux:all_reduce" in names and "conflux:broadcast" in names, names
 
+    # Status of every rank, from this one's view.
+    st = ct.status()
+    assert [s["alive"] for s in st] == [True] * n and [s["rank"] for s in st] == list(range(n)), st
+    assert all(s["links"] == ("self" if s["rank"] == rank else "shm") for s in st), st
+    assert all(s["last_call"] and s["last_call"].startswith("#") for s in st), st
+
     # Link health of the default group, through the backend's communicator.
     kinds = ct.check_link_health(bytes=1 << 12, iters=2).kinds
     assert all(kinds[i][j] == ("shm" if i != j else None) for i in range(n) for j in range(n)), kinds

@@ -23,6 +23,13 @@ def main():
         raise AssertionError("the all_reduce with a dead rank succeeded")
     except conflux.PeerError as e:
         assert e.rank == n - 1, (e.rank, str(e))
+    # Status names the dead rank without waiting for it, and where everybody last was.
+    st = comm.status()
+    assert [s["rank"] for s in st] == list(range(n)), st
+    assert [s["alive"] for s in st] == [True] * (n - 1) + [False], st
+    assert [s["links"] for s in st] == ["self" if r == rank else "shm" for r in range(n)], st
+    assert st[n - 1]["last_call"].startswith("#1 all_reduce(double x 8,"), st  # the one it joined
+    assert st[rank]["last_call"].startswith("#2 all_reduce(double x 65536,"), st
     small = comm.shrink()
     assert (small.rank, small.size) == (rank, n - 1), (small.rank, small.size)
     y = np.arange(100, dtype=np.float32) * (rank + 1)

@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::trace::writer::{LaneTrace, Tracer};
 use crate::transport::wait::{Waiter, Watch};
-use crate::transport::Transport;
+use crate::transport::{CallBoard, Transport};
 
 /// How urgently an operation should run relative to others of its communicator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -81,6 +81,8 @@ pub(crate) struct Core {
     root: bool,
     /// Its rank's tracer, when traced (`Config::trace`).
     pub trace: Option<CommTrace>,
+    /// The call boards of this host's ranks (none without a shared segment), for `status`.
+    pub board: Option<CallBoard>,
 }
 
 /// Registers the communicator `name` of global ranks `world` (this rank `rank`) with its
@@ -156,7 +158,7 @@ impl Core {
         let abort = Arc::new(AtomicBool::new(false));
         let high_busy = Arc::new(AtomicUsize::new(0));
         let mut lanes = Vec::new();
-        let (mut local_rank, mut local_size) = (0, 1);
+        let (mut local_rank, mut local_size, mut board) = (0, 1, None);
         let (mut topo, mut model, mut source) = (Topo::single(size, false), Model::default(), ModelSource::Defaults);
         for lane in 0..2 {
             let (mut transport, local_ranks, lane_topo) = match &session.store {
@@ -195,6 +197,7 @@ impl Core {
                 }
             };
             if lane == 0 {
+                board = transport.call_board();
                 transport.give_way = Some(high_busy.clone());
                 local_rank = local_ranks.iter().position(|&r| r == rank).unwrap_or(0);
                 local_size = local_ranks.len();
@@ -234,6 +237,7 @@ impl Core {
             model,
             model_source: source,
             root,
+            board,
         })
     }
 

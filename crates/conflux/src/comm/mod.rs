@@ -24,6 +24,7 @@ mod planner;
 mod recorder;
 mod session;
 mod shrink;
+mod status;
 mod traced;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub use buffer::Buffer;
 pub use engine::Work;
 pub use fusion::Bucketer;
 pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
+pub use status::RankStatus;
 
 use self::core::{Core, HighBusy, Lane};
 use crate::algo::coll::Coll;

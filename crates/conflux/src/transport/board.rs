@@ -15,6 +15,7 @@
 //! again; equal numbers (and not `EMPTY`) mean the words are that call's.
 
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 
 use super::shm::Segment;
 use crate::call::Fingerprint;
@@ -59,6 +60,28 @@ pub(crate) fn latest(seg: &Segment, i: usize) -> Option<(u64, Fingerprint)> {
     let numbers = [0, 1].map(|p| seg.u64_at(seg.layout.board(i, p)).load(Ordering::Acquire));
     let seq = numbers.into_iter().filter(|&n| n != EMPTY && n != 0).max()?;
     read(seg, i, seq).map(|fp| (seq, fp))
+}
+
+/// A reader of one host's call boards that any thread may hold: what each local rank of a
+/// communicator last entered, read without a lock and without disturbing the writers
+/// (`Communicator::status`).
+#[derive(Clone)]
+pub struct CallBoard {
+    seg: Arc<Segment>,
+    /// The communicator's rank of each segment index.
+    ranks: Vec<usize>,
+}
+
+impl CallBoard {
+    pub(crate) fn new(seg: Arc<Segment>, ranks: Vec<usize>) -> CallBoard {
+        CallBoard { seg, ranks }
+    }
+
+    /// The newest collective communicator rank `rank` published, if it shares this host.
+    pub fn latest(&self, rank: usize) -> Option<(u64, Fingerprint)> {
+        let i = self.ranks.iter().position(|&r| r == rank)?;
+        latest(&self.seg, i)
+    }
 }
 
 #[cfg(test)]

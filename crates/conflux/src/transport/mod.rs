@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::call::{Calls, Fingerprint};
+pub use board::CallBoard;
 use frame::RxState;
 pub use frame::Sink;
 pub(crate) use frame::COLL_BIT;
@@ -212,6 +213,12 @@ impl Transport {
                 tcp.finish();
             }
         }
+    }
+
+    /// A lock-free reader of this host's call boards, when the ranks share a segment.
+    pub(crate) fn call_board(&self) -> Option<CallBoard> {
+        let w = &self.waiter;
+        w.seg.as_ref().map(|seg| board::CallBoard::new(seg.clone(), w.seg_ranks.clone()))
     }
 
     /// Between two chunks of work: if a higher-priority lane has an operation running, let its
