@@ -36,7 +36,7 @@ impl Region {
         if count > 0 && addr == 0 {
             return Err("a non-empty buffer at address 0".into());
         }
-        if addr % dtype.size() != 0 {
+        if !addr.is_multiple_of(dtype.size()) {
             return Err(format!("buffer at {addr:#x} is not aligned for {dtype}"));
         }
         Ok(Region { addr, count, dtype })
