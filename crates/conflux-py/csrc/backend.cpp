@@ -166,6 +166,17 @@ struct Plan {
     return s;
   }
 
+  // After the steps: consecutive blocks of `flat` into `outs`, in order, each its size.
+  void copy_back_in_order(const at::Tensor& flat, std::vector<at::Tensor> outs) {
+    finishers.push_back([flat, outs]() mutable {
+      int64_t at = 0;
+      for (auto& o : outs) {
+        o.copy_(flat.reshape(-1).slice(0, at, at + o.numel()).view_as(o));
+        at += o.numel();
+      }
+    });
+  }
+
   Step& add(uint32_t kind, const at::Tensor& t) {
     steps.emplace_back(kind, dtype_of(t));
     steps.back().bufs.push_back(buf_of(t));
@@ -357,14 +368,7 @@ class ConfluxBackend : public c10d::Backend {
     if (!tensors.empty()) {
       at::Tensor flat = at::cat(flatten_all(tensors));
       p.reducing(CFX_ALL_REDUCE, flat, opts.reduceOp);
-      std::vector<at::Tensor> outs = tensors;
-      p.finishers.push_back([flat, outs]() mutable {
-        int64_t at = 0;
-        for (auto& t : outs) {
-          t.copy_(flat.slice(0, at, at + t.numel()).view_as(t));
-          at += t.numel();
-        }
-      });
+      p.copy_back_in_order(flat, tensors);
     }
     return run(OpType::ALLREDUCE_COALESCED, "conflux:all_reduce_coalesced", tensors, tensors, std::move(p),
                opts.asyncOp, opts.timeout);
@@ -493,14 +497,7 @@ class ConfluxBackend : public c10d::Backend {
     }
     at::Tensor recv = at::empty({total}, send.options());
     all_to_all_step(p, send, sc, recv, rc);
-    std::vector<at::Tensor> outs = outputs;
-    p.finishers.push_back([recv, outs]() mutable {
-      int64_t at = 0;
-      for (auto& o : outs) {
-        o.copy_(recv.slice(0, at, at + o.numel()).view_as(o));
-        at += o.numel();
-      }
-    });
+    p.copy_back_in_order(recv, outputs);
     return run(OpType::ALLTOALL, "conflux:all_to_all", inputs, outputs, std::move(p), opts.asyncOp, opts.timeout);
   }
 
@@ -518,10 +515,7 @@ class ConfluxBackend : public c10d::Backend {
       check_list(outs, in, "gather");
       recv = at::empty({static_cast<int64_t>(n) * size_}, in.options());
       std::fill(rc.begin(), rc.end(), n);
-      p.finishers.push_back([recv, outs]() mutable {
-        auto blocks = recv.chunk(static_cast<int64_t>(outs.size()));
-        for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(blocks[r].view_as(outs[r]));
-      });
+      p.copy_back_in_order(recv, outs);
     }
     all_to_all_step(p, in, sc, recv, rc);
     return run(OpType::GATHER, "conflux:gather", inputs, flat_list(output_lists), std::move(p), opts.asyncOp, opts.timeout);
@@ -635,11 +629,7 @@ class ConfluxBackend : public c10d::Backend {
     flat.slice(0, rank_ * n, (rank_ + 1) * n).copy_(in.reshape(-1));
     p.add(CFX_ALL_GATHER, flat);
     p.keep.push_back(in);
-    std::vector<at::Tensor> targets = outs;
-    p.finishers.push_back([flat, targets]() mutable {
-      auto blocks = flat.chunk(static_cast<int64_t>(targets.size()));
-      for (size_t r = 0; r < targets.size(); r++) targets[r].copy_(blocks[r].view_as(targets[r]));
-    });
+    p.copy_back_in_order(flat, outs);
   }
 
   void all_gather_single_step(Plan& p, const at::Tensor& output, const at::Tensor& input) {
