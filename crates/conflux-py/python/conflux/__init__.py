@@ -13,6 +13,12 @@ in place. With ``async_op=True`` a call returns a ``Work`` at once; do not touch
 until it completes. ``conflux.torch`` is the torch.distributed backend.
 """
 
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any, Optional, Sequence, Union
+
 from . import _buffers as _b
 from ._native import Comm as _Comm
 from ._native import Work
@@ -23,6 +29,9 @@ __all__ = ["init", "mark_step", "Communicator", "Options", "LinkHealth", "Work",
            "PeerError", "CommTimeout", "MismatchError", "ClosedError"]
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg", "band", "bor", "bxor")
+
+# A numpy array or any C-contiguous buffer-protocol object (bytearray, array.array, ...).
+Buffer = Any
 
 
 class Options:
@@ -41,7 +50,8 @@ class Options:
 
     __slots__ = ("transport", "algorithm", "timeout", "traffic_class")
 
-    def __init__(self, transport=None, algorithm=None, timeout=None, traffic_class=None):
+    def __init__(self, transport: Optional[str] = None, algorithm: Optional[str] = None,
+                 timeout: Union[float, timedelta, None] = None, traffic_class: Union[int, str, None] = None):
         self.transport = transport
         self.algorithm = algorithm
         self.timeout = timeout
@@ -84,7 +94,7 @@ class LinkHealth:
         self.reference = d["reference"]
 
     @property
-    def healthy(self):
+    def healthy(self) -> bool:
         return not self.slow
 
     def __repr__(self):
@@ -98,7 +108,7 @@ class Bucketer:
         self._comm, self._op, self._cap = comm, op, cap_bytes
         self._open, self._open_bytes, self._works, self._dtype = [], 0, [], None
 
-    def push(self, buf):
+    def push(self, buf: Buffer) -> None:
         """Adds a ready buffer: launches the open bucket first if this one would overflow it (or
         has another dtype), and after if it is full. Do not touch the buffer until finish()."""
         b = _b.describe(buf)
@@ -111,18 +121,18 @@ class Bucketer:
         if self._open_bytes >= self._cap:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         """Launches the open bucket now, full or not."""
         if self._open:
             bufs, self._open, self._open_bytes = self._open, [], 0
             self._works.append(self._comm.all_reduce_coalesced(bufs, self._op, async_op=True))
 
     @property
-    def buckets(self):
+    def buckets(self) -> int:
         """Buckets launched so far."""
         return len(self._works)
 
-    def finish(self):
+    def finish(self) -> None:
         """Launches the open bucket and waits for every bucket; raises the first error."""
         self.flush()
         works, self._works, first = self._works, [], None
@@ -148,7 +158,9 @@ class Bucketer:
         return False
 
 
-def init(rank=None, size=None, store=None, timeout=None, trace=None, options=None):
+def init(rank: Optional[int] = None, size: Optional[int] = None, store: Optional[str] = None,
+         timeout: Optional[float] = None, trace: Union[str, os.PathLike, None] = None,
+         options: Optional[Options] = None) -> Communicator:
     """Joins a job: from the environment when `rank` is None, else by rank, size and store
     ("host:port", served by rank 0). `timeout` (seconds) bounds every wait. `trace` (a
     directory, as CONFLUX_TRACE) records every operation there for `conflux trace report`.
@@ -160,7 +172,7 @@ def init(rank=None, size=None, store=None, timeout=None, trace=None, options=Non
     return Communicator(_Comm.create(rank, size, store, timeout, trace, None, native))
 
 
-def mark_step():
+def mark_step() -> int:
     """Marks the start of the next step (training iteration) in this process's trace, so that
     `conflux trace report` breaks steps down into computation and communication. Does nothing
     when nothing is traced; returns how many ranks' traces it marked (0 or 1, usually)."""
@@ -200,31 +212,36 @@ class Communicator:
         as CONFLUX_ALGO does for all calls; a call it cannot serve raises InvalidArgument."""
         return self._c if algorithm is None else self._c.with_algo(algorithm)
 
-    def with_algo(self, algorithm):
+    def with_algo(self, algorithm: Optional[str]) -> Communicator:
         """A handle on this communicator whose collectives use `algorithm` (None: auto)."""
         return Communicator(self._c.with_algo(algorithm))
 
-    def all_reduce(self, buf, op="sum", async_op=False, algorithm=None):
+    def all_reduce(self, buf: Buffer, op: str = "sum", async_op: bool = False,
+                   algorithm: Optional[str] = None) -> Optional[Work]:
         b = _b.describe(buf)
         return self._issue(self._algo(algorithm).all_reduce, (b.triple(), _op(op, b.dtype)), async_op, b)
 
-    def broadcast(self, buf, root=0, async_op=False, algorithm=None):
+    def broadcast(self, buf: Buffer, root: int = 0, async_op: bool = False,
+                  algorithm: Optional[str] = None) -> Optional[Work]:
         b = _b.describe(buf)
         return self._issue(self._algo(algorithm).broadcast, (b.triple(), root), async_op, b)
 
-    def reduce(self, buf, root=0, op="sum", async_op=False, algorithm=None):
+    def reduce(self, buf: Buffer, root: int = 0, op: str = "sum", async_op: bool = False,
+               algorithm: Optional[str] = None) -> Optional[Work]:
         """In place: the root's `buf` gets the reduction; the others' stay unchanged."""
         b = _b.describe(buf)
         return self._issue(self._algo(algorithm).reduce, (b.triple(), _op(op, b.dtype), root), async_op, b)
 
-    def all_gather(self, send, recv, async_op=False, algorithm=None):
+    def all_gather(self, send: Buffer, recv: Buffer, async_op: bool = False,
+                   algorithm: Optional[str] = None) -> Optional[Work]:
         """`recv` (size x len(send) elements) gets every rank's `send`, in rank order."""
         s, r = _b.describe(send, writable=False), _b.describe(recv)
         self._same(s, r, r.count == s.count * self.size, "all_gather: recv must hold size x send")
         _b.copy(r, self.rank * s.count, s, 0, s.count)
         return self._issue(self._algo(algorithm).all_gather, (r.triple(),), async_op, r)
 
-    def reduce_scatter(self, send, recv, op="sum", async_op=False, algorithm=None):
+    def reduce_scatter(self, send: Buffer, recv: Buffer, op: str = "sum", async_op: bool = False,
+                       algorithm: Optional[str] = None) -> Optional[Work]:
         """`recv` gets block `rank` of the reduction of every rank's `send` (size x len(recv))."""
         s, r = _b.describe(send, writable=False), _b.describe(recv)
         self._same(s, r, s.count == r.count * self.size, "reduce_scatter: send must hold size x recv")
@@ -235,8 +252,9 @@ class Communicator:
         call = self._algo(algorithm).reduce_scatter
         return self._issue(call, (tmp.triple(), _op(op, s.dtype)), async_op, tmp, r, then=then)
 
-    def all_to_all(self, *positional, send=None, recv=None, send_counts=None, recv_counts=None, async_op=False,
-                   algorithm=None):
+    def all_to_all(self, *positional: Any, send: Optional[Buffer] = None, recv: Optional[Buffer] = None,
+                   send_counts: Optional[Sequence[int]] = None, recv_counts: Optional[Sequence[int]] = None,
+                   async_op: bool = False, algorithm: Optional[str] = None) -> Optional[Work]:
         """Block p of `send` goes to rank p; counts (elements per rank) default to equal blocks.
 
         `send` and `recv` are keyword-only: torch's all_to_all_single takes (output, input), the
@@ -257,7 +275,7 @@ class Communicator:
         args = (s.triple(), list(send_counts), r.triple(), list(recv_counts))
         return self._issue(self._algo(algorithm).all_to_all_v, args, async_op, s, r)
 
-    def all_reduce_coalesced(self, bufs, op="sum", async_op=False):
+    def all_reduce_coalesced(self, bufs: Sequence[Buffer], op: str = "sum", async_op: bool = False) -> Optional[Work]:
         """Reduces every buffer of the list `bufs` (one dtype) in place, as one message: many
         small tensors for the price of one call. Ranks pass the same lengths in the same order."""
         described = [_b.describe(b) for b in bufs]
@@ -270,7 +288,7 @@ class Communicator:
         return self._issue(self._c.all_reduce_coalesced, ([d.triple() for d in described], _op(op, dtype)),
                            async_op, *described)
 
-    def bucketed(self, op="sum", bucket_mb=None):
+    def bucketed(self, op: str = "sum", bucket_mb: Optional[float] = None) -> Bucketer:
         """Gradient fusion as DDP's buckets, a context manager: push buffers as they become
         ready (backward's order); each bucket of about `bucket_mb` MB (CONFLUX_BUCKET_MB, 25)
         is reduced in place, asynchronously, as it fills. Leaving the block launches the rest and
@@ -285,7 +303,7 @@ class Communicator:
             raise InvalidArgument(f"bucketed: bucket_mb must be positive, not {bucket_mb}")
         return Bucketer(self, op, cap)
 
-    def status(self):
+    def status(self) -> list[dict]:
         """One dict per rank, what HCCL's get_device_status tells of each card, from this
         rank's view and without waiting for any rank (so it answers while ranks are stuck):
         "rank", "world_rank", "alive" (its process is still in the job; None if the store
@@ -293,7 +311,7 @@ class Communicator:
         sum)", for ranks on this host; else None) and "links" ("self", "shm" or "tcp")."""
         return self._c.status()
 
-    def shrink(self):
+    def shrink(self) -> Communicator:
         """The communicator of the ranks of this one still alive, renumbered in order (collective
         over the survivors: after a rank died, each survivor calls it and carries on)."""
         return Communicator(self._c.shrink())
@@ -301,11 +319,12 @@ class Communicator:
     closed = property(lambda self: self._c.closed,
                       doc="Why this communicator can no longer be used (\"aborted\", ...), or None.")
 
-    def send(self, buf, peer, tag=0, async_op=False):
+    def send(self, buf: Buffer, peer: int, tag: int = 0, async_op: bool = False) -> Optional[Work]:
         b = _b.describe(buf, writable=False)
         return self._issue(self._c.send, (b.triple(), peer, tag), async_op, b)
 
-    def recv(self, buf, peer=None, tag=0, async_op=False):
+    def recv(self, buf: Buffer, peer: Optional[int] = None, tag: int = 0,
+             async_op: bool = False) -> Union[Work, int, None]:
         """Receives into `buf` from `peer`, or with peer=None from whichever rank sends first:
         then the blocking form returns that rank, and the Work's `.source` tells it."""
         b = _b.describe(buf)
@@ -317,41 +336,41 @@ class Communicator:
         work.wait()
         return work.source
 
-    def mark_step(self):
+    def mark_step(self) -> Optional[int]:
         """Marks the start of the next step in this rank's trace (see `conflux.mark_step`);
         returns the step's number, or None when the communicator is not traced."""
         return self._c.mark_step()
 
-    def barrier(self, async_op=False):
+    def barrier(self, async_op: bool = False) -> Optional[Work]:
         return self._issue(self._c.barrier, (), async_op)
 
-    def new_group(self, ranks, options=None):
+    def new_group(self, ranks: Sequence[int], options: Optional[Options] = None) -> Optional[Communicator]:
         """Collective over this communicator: `ranks[i]` becomes rank i. None for non-members.
         `options` (`conflux.Options`, the same on every rank) override this communicator's."""
         g = self._c.new_group(list(ranks), _native_options(options))
         return None if g is None else Communicator(g)
 
-    def split(self, color, key=0, options=None):
+    def split(self, color: Optional[int], key: int = 0, options: Optional[Options] = None) -> Optional[Communicator]:
         """MPI_Comm_split: equal colors form a group ordered by (key, rank); None opts out.
         `options` as for `new_group`."""
         g = self._c.split(color, key, _native_options(options))
         return None if g is None else Communicator(g)
 
-    def check_link_health(self, bytes=4 << 20, iters=10, threshold=0.5):
+    def check_link_health(self, bytes: int = 4 << 20, iters: int = 10, threshold: float = 0.5) -> LinkHealth:
         """Measures every pair's link, as HCCL's check_link_health and `conflux doctor`
         (collective: every rank calls it with the same arguments); returns a `LinkHealth`."""
         return LinkHealth(self._c.check_link_health(bytes, iters, threshold))
 
-    def with_priority(self, priority):
+    def with_priority(self, priority: str) -> Communicator:
         """A handle whose operations run on the "high" (or "normal") priority lane."""
         if priority not in ("high", "normal"):
             raise InvalidArgument(f"priority must be 'high' or 'normal', not {priority!r}")
         return Communicator(self._c.with_priority(priority == "high"))
 
-    def abort(self):
+    def abort(self) -> None:
         self._c.abort()
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         self._c.shutdown()
 
     def __enter__(self):
