@@ -11,10 +11,10 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   echo "py-env: creating $VENV with $($PY --version)"
   "$PY" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import torch, numpy, pytest, maturin" 2>/dev/null; then
-  echo "py-env: installing torch, numpy, pytest, maturin into $VENV"
+if ! "$VENV/bin/python" -c "import torch, numpy, pytest, maturin, setuptools" 2>/dev/null; then
+  echo "py-env: installing torch, numpy, pytest, maturin, setuptools into $VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q torch numpy pytest maturin
+  "$VENV/bin/pip" install -q torch numpy pytest maturin setuptools  # setuptools: the C++ backend's build
 fi
 # In-tree, without build isolation: maturin reuses this workspace's target/ incrementally.
 echo "py-env: building and installing conflux (crates/conflux-py) into $VENV"
