@@ -184,10 +184,13 @@ fn watch<T: Send + 'static>(w: conflux::Work<T>, source: fn(&T) -> Option<usize>
     let slot: Watched<T> = Arc::new(Mutex::new(None));
     let again = slot.clone();
     w.on_complete(move || fire(&again, source));
-    let completed = w.is_completed();
-    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some((w, notify));
-    // Completed before it was stored: the callback found nothing, and it is this thread's to
-    // tell (whoever takes the pair first tells, once).
+    let mut stored = slot.lock().unwrap_or_else(|p| p.into_inner());
+    *stored = Some((w, notify));
+    // Asked after storing: a callback run before the pair was stored found nothing, and the
+    // operation then reads as completed here; one still to run finds the pair. Whoever takes
+    // it first tells, once.
+    let completed = stored.as_ref().is_some_and(|(w, _)| w.is_completed());
+    drop(stored);
     if completed {
         fire(&slot, source);
     }
