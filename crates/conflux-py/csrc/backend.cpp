@@ -203,13 +203,28 @@ class ConfluxWork : public c10d::Work {
     return outputs_;
   }
 
-  // As torch's, but a wait that runs out raises conflux's CommTimeout (the operation goes on).
+  ~ConfluxWork() override {
+    for (void* t : traces_) api->trace_release(t);
+  }
+
+  // As torch's, but a wait that runs out raises conflux's CommTimeout (the operation goes on),
+  // and a traced communicator's trace records how long the caller was blocked.
   bool wait(std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mutex_);
     auto done = [this] { return completed_; };
+    auto began = std::chrono::steady_clock::now();
+    bool blocked = !completed_;
+    bool in_time = true;
     if (timeout.count() == 0) {  // torch's kNoTimeout
       cv_.wait(lock, done);
-    } else if (!cv_.wait_for(lock, timeout, done)) {
+    } else {
+      in_time = cv_.wait_for(lock, timeout, done);
+    }
+    if (blocked) {
+      auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began);
+      for (void* t : traces_) api->trace_waited(t, static_cast<uint64_t>(ns.count()));
+    }
+    if (!in_time) {
       throw Failure(CFX_TIMEOUT, -1,
                     "CommTimeout: the operation did not complete within " + std::to_string(timeout.count()) + " ms");
     }
@@ -227,6 +242,8 @@ class ConfluxWork : public c10d::Work {
       if (future_) return future_;
       static const auto type = c10::ListType::create(c10::TensorType::get());
       future_ = c10::make_intrusive<c10::ivalue::Future>(type);
+      // Whoever asks for the future (DDP) waits on it inside torch, where nothing records it.
+      for (void* t : traces_) api->trace_elsewhere(t);
       f = future_;
       settle = settled_;
     }
@@ -242,10 +259,13 @@ class ConfluxWork : public c10d::Work {
     for (Step& s : plan_.steps) {
       c10::raw::intrusive_ptr::incref(this);  // the callback's reference
       cfx_outcome out;
+      void* trace = nullptr;
+      s.call.trace = &trace;
       if (api->call(comm, s.finish(), &ConfluxWork::on_done, this, &out) != CFX_OK) {
         c10::intrusive_ptr<ConfluxWork>::reclaim(this);  // its callback will not run
         step_done(out);
       }
+      if (trace) traces_.push_back(trace);
     }
     cfx_outcome ok{};
     ok.source = -1;
@@ -311,6 +331,7 @@ class ConfluxWork : public c10d::Work {
   int64_t left_ = 0;
   int64_t source_ = -1;
   std::exception_ptr error_;
+  std::vector<void*> traces_;   // the operations' wait trackers, when traced (filled by start)
   bool settled_ = false;        // the outcome is final (guarded by mutex_)
   std::exception_ptr outcome_;  // the call's error, once settled
 };

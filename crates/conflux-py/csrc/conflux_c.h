@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#define CFX_API_VERSION 1
+#define CFX_API_VERSION 2
 
 /* Operation kinds. */
 enum {
@@ -63,6 +63,11 @@ typedef struct cfx_call {
   const uint64_t* recv_counts;
   uint64_t ncounts;
   uint64_t timeout_ms; /* this call's deadline; 0: the communicator's */
+  /* Asynchronous calls on a traced communicator: if not NULL, receives a handle with which
+   * the caller records its waits for the operation (trace_waited, trace_elsewhere), since
+   * conflux cannot see them; NULL is written when nothing is traced. Give it back with
+   * trace_release. */
+  void** trace;
 } cfx_call;
 
 typedef struct cfx_outcome {
@@ -83,6 +88,11 @@ typedef struct cfx_api {
   /* Gives back a handle from Comm.c_handle() (each call makes a new one); the communicator
    * shuts down when its last handle, Python's or C's, is gone. */
   void (*release)(const void* comm);
+  /* The caller was blocked on the operation for `blocked_ns`, until now. */
+  void (*trace_waited)(const void* trace, uint64_t blocked_ns);
+  /* The caller will wait where nothing records it (a future waited inside torch). */
+  void (*trace_elsewhere)(const void* trace);
+  void (*trace_release)(const void* trace);
 } cfx_api;
 
 #endif

@@ -7,14 +7,14 @@ use std::ffi::{c_char, c_void};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use conflux::{with_dtype, Buffer, Communicator, DataType, Error, ReduceOp};
+use conflux::{with_dtype, Buffer, Communicator, DataType, Error, ReduceOp, WaitTracker};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::errors::classify;
 use crate::raw::{Raw, Region};
 
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 const ALL_REDUCE: u32 = 0;
 const BROADCAST: u32 = 1;
@@ -47,6 +47,7 @@ pub struct CfxCall {
     recv_counts: *const u64,
     ncounts: u64,
     timeout_ms: u64,
+    trace: *mut *mut c_void,
 }
 
 #[repr(C)]
@@ -67,9 +68,13 @@ pub struct CfxApi {
     abort: unsafe extern "C" fn(*const c_void),
     shutdown: unsafe extern "C" fn(*const c_void, *mut CfxOutcome) -> i32,
     release: unsafe extern "C" fn(*const c_void),
+    trace_waited: unsafe extern "C" fn(*const c_void, u64),
+    trace_elsewhere: unsafe extern "C" fn(*const c_void),
+    trace_release: unsafe extern "C" fn(*const c_void),
 }
 
-static API: CfxApi = CfxApi { version: VERSION, call, abort, shutdown, release };
+static API: CfxApi =
+    CfxApi { version: VERSION, call, abort, shutdown, release, trace_waited, trace_elsewhere, trace_release };
 
 /// A new handle on `comm` for the C side: a communicator handle of its own, boxed, given back
 /// with `release`.
@@ -159,6 +164,8 @@ fn peer_of(c: &CfxCall) -> Result<usize, Error> {
 struct Notify {
     done: unsafe extern "C" fn(*mut c_void, *const CfxOutcome),
     ctx: *mut c_void,
+    /// Where the call wants its operation's wait tracker, or null.
+    trace: *mut *mut c_void,
 }
 
 // SAFETY: the context is the C++ Work, which stays alive until its callback has run (it holds
@@ -178,9 +185,13 @@ type Watched<T> = Arc<Mutex<Option<(conflux::Work<T>, Notify)>>>;
 
 /// Has `notify` told the outcome of `w` once it completes (at once if it has).
 fn watch<T: Send + 'static>(w: conflux::Work<T>, source: fn(&T) -> Option<usize>, notify: Notify) {
-    // The C++ backend waits on its own Work objects, where conflux cannot see: for the trace,
-    // every such operation is waited for elsewhere (see `Work::awaited_elsewhere`).
-    w.awaited_elsewhere();
+    // The C++ backend waits on its own Work objects, where conflux cannot see: it records
+    // those waits through the operation's tracker (`trace_waited`, `trace_elsewhere`).
+    if !notify.trace.is_null() {
+        let tracker = w.wait_tracker().map_or(std::ptr::null_mut(), |t| Box::into_raw(Box::new(t)).cast::<c_void>());
+        // SAFETY: a pointer to the caller's slot, valid for this call (conflux_c.h).
+        unsafe { notify.trace.write(tracker) };
+    }
     let slot: Watched<T> = Arc::new(Mutex::new(None));
     let again = slot.clone();
     w.on_complete(move || fire(&again, source));
@@ -321,7 +332,7 @@ unsafe extern "C" fn call(
     // SAFETY: the C++ backend passes a live handle and a call descriptor alive for this call
     // (see conflux_c.h); `out` points at an outcome it owns.
     let (comm, c) = unsafe { (comm_of(comm), &*c) };
-    let notify = done.map(|done| Notify { done, ctx });
+    let notify = done.map(|done| Notify { done, ctx, trace: c.trace });
     let issued_async = notify.is_some();
     let timed;
     let comm = if c.timeout_ms > 0 {
@@ -339,6 +350,36 @@ unsafe extern "C" fn call(
         unsafe { out.write(o) };
     }
     code
+}
+
+/// The tracker behind a handle from `watch`.
+///
+/// # Safety
+/// `t` must be such a handle, not yet released.
+unsafe fn tracker_of<'a>(t: *const c_void) -> &'a WaitTracker {
+    // SAFETY: per the contract, a live Box<WaitTracker> from `watch`.
+    unsafe { &*t.cast::<WaitTracker>() }
+}
+
+unsafe extern "C" fn trace_waited(t: *const c_void, blocked_ns: u64) {
+    if !t.is_null() {
+        // SAFETY: a live tracker handle (conflux_c.h).
+        unsafe { tracker_of(t) }.waited(std::time::Duration::from_nanos(blocked_ns));
+    }
+}
+
+unsafe extern "C" fn trace_elsewhere(t: *const c_void) {
+    if !t.is_null() {
+        // SAFETY: a live tracker handle (conflux_c.h).
+        unsafe { tracker_of(t) }.awaited_elsewhere();
+    }
+}
+
+unsafe extern "C" fn trace_release(t: *const c_void) {
+    if !t.is_null() {
+        // SAFETY: a tracker handle from `watch`, released once (conflux_c.h).
+        drop(unsafe { Box::from_raw(t.cast_mut().cast::<WaitTracker>()) });
+    }
 }
 
 unsafe extern "C" fn abort(comm: *const c_void) {

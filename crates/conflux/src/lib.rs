@@ -22,7 +22,7 @@ pub mod cpus;
 pub use algo::{Algo, OpKind};
 pub use comm::{
     Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, KindReference, LinkHealth, LinkKind, Priority,
-    RankStatus, Work,
+    RankStatus, WaitTracker, Work,
 };
 pub use config::{AlgoSpec, Config, Options, TraceAs, TransportKind};
 pub use store::StoreError;

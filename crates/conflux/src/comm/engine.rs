@@ -395,6 +395,12 @@ impl<T> Work<T> {
         }
     }
 
+    /// A handle that records, in a traced communicator's trace, waits for this operation made
+    /// where conflux cannot see them (a C++ backend's own Work objects); None when untraced.
+    pub fn wait_tracker(&self) -> Option<WaitTracker> {
+        self.trace.as_ref().map(|t| WaitTracker { tracer: t.tracer.clone(), id: t.id, issued: t.issued })
+    }
+
     /// What the operation is, as errors name it.
     pub fn what(&self) -> &str {
         &self.what
@@ -466,6 +472,28 @@ struct Traced {
     tracer: Arc<Tracer>,
     id: u64,
     issued: Instant,
+}
+
+/// Records waits for one traced operation that its caller made elsewhere (see
+/// [`Work::wait_tracker`]): each as `Work::wait` records its own.
+pub struct WaitTracker {
+    tracer: Arc<Tracer>,
+    id: u64,
+    issued: Instant,
+}
+
+impl WaitTracker {
+    /// The caller was blocked on the operation for `blocked`, until now.
+    pub fn waited(&self, blocked: Duration) {
+        let now = Instant::now();
+        super::traced::waited(&self.tracer, self.id, now.checked_sub(blocked).unwrap_or(now));
+    }
+
+    /// The caller will wait where nothing records it (a future waited in C++): see
+    /// [`Work::awaited_elsewhere`].
+    pub fn awaited_elsewhere(&self) {
+        self.tracer.awaited_elsewhere(crate::trace::writer::ns(self.issued));
+    }
 }
 
 /// Records, when dropped, that the caller waited for a traced operation since it was made.

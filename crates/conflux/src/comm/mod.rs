@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 pub use self::core::Priority;
 pub use buffer::Buffer;
-pub use engine::Work;
+pub use engine::{WaitTracker, Work};
 pub use fusion::Bucketer;
 pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
 pub use status::RankStatus;
