@@ -617,8 +617,8 @@ class ConfluxBackend : public c10d::Backend {
       cfx_outcome out;
       if (api->call(handle_, s.finish(), nullptr, nullptr, &out) != CFX_OK) std::rethrow_exception(failure_of(out));
     }
-    for (auto& f : plan.finishers) f();
-    work->completed_now(std::move(plan));
+    work->completed_now(std::move(plan));  // runs the copies back, once
+    if (work->exception()) std::rethrow_exception(work->exception());
     return work;
   }
 
