@@ -148,13 +148,15 @@ struct Plan {
     return c;
   }
 
-  // A reduction of `t` in place (kind: all_reduce, reduce, ...).
-  Step& reducing(uint32_t kind, const at::Tensor& t, const ReduceOp& op) {
+  // A reduction of `t` in place (kind: all_reduce, reduce, ...). PREMUL_SUM scales a copy of a
+  // caller's tensor, which a failed call must leave as it was; a `scratch` buffer of this
+  // backend's own (a flattened list) is scaled where it is.
+  Step& reducing(uint32_t kind, const at::Tensor& t, const ReduceOp& op, bool scratch = false) {
     std::optional<double> factor;
     uint32_t code = op_of(op, t, &factor);
     at::Tensor work = contig(t);
     if (factor) {
-      if (work.data_ptr() == t.data_ptr()) {
+      if (!scratch && work.data_ptr() == t.data_ptr()) {
         work = t.clone();
         at::Tensor target = t;
         finishers.push_back([work, target]() mutable { target.copy_(work); });
@@ -388,7 +390,7 @@ class ConfluxBackend : public c10d::Backend {
     Plan p;
     if (!tensors.empty()) {
       at::Tensor flat = at::cat(flatten_all(tensors));
-      p.reducing(CFX_ALL_REDUCE, flat, opts.reduceOp);
+      p.reducing(CFX_ALL_REDUCE, flat, opts.reduceOp, true);
       p.copy_back_in_order(flat, tensors);
     }
     return run(OpType::ALLREDUCE_COALESCED, "conflux:all_reduce_coalesced", tensors, tensors, std::move(p),
@@ -673,13 +675,12 @@ class ConfluxBackend : public c10d::Backend {
               ", expected " + std::to_string(size_) + " x " + std::to_string(output.numel()) + " " +
               c10::toString(output.scalar_type()));
     }
-    p.reducing(CFX_REDUCE_SCATTER, flat, op);
-    at::Tensor reduced = p.keep.back();  // the buffer the step reduces (`flat`, or its scaled copy)
+    p.reducing(CFX_REDUCE_SCATTER, flat, op, true);  // `flat` is this call's own
     int64_t n = output.numel();
     at::Tensor target = output;
     int64_t me = rank_;
-    p.finishers.push_back([reduced, target, n, me]() mutable {
-      target.copy_(reduced.slice(0, me * n, (me + 1) * n).view_as(target));
+    p.finishers.push_back([flat, target, n, me]() mutable {
+      target.copy_(flat.slice(0, me * n, (me + 1) * n).view_as(target));
     });
   }
 

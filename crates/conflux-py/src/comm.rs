@@ -196,7 +196,7 @@ impl Comm {
         iters: usize,
         threshold: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let o = options::health_options(bytes, iters, threshold);
+        let o = conflux::HealthOptions { bytes, iters, threshold };
         let h = py.detach(|| self.inner.link_health(&o)).map_err(py_err)?;
         options::health_dict(py, &h)
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use conflux::config::parse_traffic_class;
-use conflux::{AlgoSpec, Error, HealthOptions, LinkHealth, Options, TransportKind};
+use conflux::{AlgoSpec, Error, LinkHealth, Options, TransportKind};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -51,11 +51,6 @@ pub fn from_dict(d: Option<&Bound<'_, PyDict>>) -> PyResult<Options> {
         }
     }
     Ok(o)
-}
-
-/// The health check's options, as `check_link_health`'s keywords give them.
-pub fn health_options(bytes: usize, iters: usize, threshold: f64) -> HealthOptions {
-    HealthOptions { bytes, iters, threshold }
 }
 
 /// A `LinkHealth` as a dict: "latency_us" and "gbps" (matrices by rank), "kinds" (each pair's
