@@ -40,7 +40,4 @@ def test_the_ladder_runs_every_rung_to_the_same_loss(tmp_path):
     assert res["loss_spread"] <= 1e-3, res
     for r in res["rungs"]:
         assert r["samples_per_s"] > 0 and 0 <= r["comm_share"] <= 1 and 0 <= r["compute_util"] <= 1, r
-    # The async rung waits for its last bucket, issued as backward ends: the trace must see
-    # that wait, made on the C++ backend's own Work where conflux records it only when told.
-    assert res["rungs"][3]["comm_share"] > 0, res["rungs"][3]
     assert (tmp_path / "l.svg").read_text().startswith("<svg")

@@ -38,6 +38,22 @@ def test_the_cpp_backend_answers_what_a_python_one_could_not(n):
     assert out.count("cpp backend ok") == n
 
 
+def test_a_wait_on_a_cpp_work_reaches_the_trace(tmp_path):
+    # The C++ backend's Work waits where conflux cannot see: it reports them (wait trackers).
+    import json
+    import subprocess
+    out = ok(launch(WORKERS / "traced_wait.py", 2, env={"CONFLUX_TRACE": str(tmp_path / "t")}, timeout=120))
+    assert out.count("traced wait ok") == 2
+    merged = tmp_path / "merged.json"
+    p = subprocess.run([conflux_bin(), "trace", "merge", str(tmp_path / "t"), "-o", str(merged)], capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    events = json.loads(merged.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    waits = [e for e in events if e.get("cat") == "wait" and e.get("pid") == 0]
+    assert any(e["dur"] >= 300e3 for e in waits), waits  # microseconds: rank 0 waited ~0.5 s
+
+
 def test_the_python_backend_still_serves_every_method():
     # The fallback where the C++ backend is not built (CONFLUX_TORCH_BACKEND=python forces it).
     out = ok(launch(WORKERS / "torch_methods.py", 2, "--quick", env={"CONFLUX_TORCH_BACKEND": "python"}, timeout=300))
