@@ -382,3 +382,29 @@ fn bound_ranks_sit_on_one_core_each_in_blocks_and_still_agree() {
     let out = run_job(4, &["quick"], &[("CONFLUX_BIND", "core"), ("CONFLUX_TIMEOUT_S", "60")], LIMIT);
     assert_all_passed(&out, 4);
 }
+
+/// CONFLUX_TCP_INFLIGHT is a real window: a sender has at most `inflight x chunk` bytes
+/// written and not yet read by its peer. Rank 1 reads a 1 MiB message only after 1 s. With a
+/// 64 KiB window rank 0's send must wait for that; with a 4 MiB window it returns at once, as
+/// the socket buffers (4 MiB asked, twice that granted) take the whole message, so what held
+/// the first send was the window and not the kernel. Every byte must arrive in both.
+#[test]
+fn the_tcp_window_holds_a_sender_until_its_peer_reads() {
+    let sent_in = |inflight: &str| -> f64 {
+        let env = [
+            ("CONFLUX_TRANSPORT", "tcp"),
+            ("CONFLUX_TCP_CHUNK", "16384"),
+            ("CONFLUX_TCP_INFLIGHT", inflight),
+            ("CONFLUX_SOCKET_BUF", "4194304"),
+        ];
+        let out = run_job(2, &["window", "1048576", "1000"], &env, LIMIT);
+        let t = text(&out);
+        assert!(out.status.success() && t.contains("RECEIVED-OK"), "inflight {inflight}:\n{t}");
+        let secs = t.split("SENT-IN ").nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok());
+        secs.unwrap_or_else(|| panic!("no SENT-IN in:\n{t}"))
+    };
+    let held = sent_in("4");
+    let free = sent_in("256");
+    assert!(held >= 0.7, "a 64 KiB window let a 1 MiB send finish in {held:.3}s, before its peer read");
+    assert!(free < 0.5, "a 4 MiB window held a 1 MiB send for {free:.3}s");
+}

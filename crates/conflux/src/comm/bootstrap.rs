@@ -16,9 +16,35 @@ use crate::error::{Error, Result};
 use crate::sockopt::tune_socket;
 use crate::store::StoreClient;
 use crate::transport::wait::{OnHost, Waiter, Watch};
-use crate::transport::{Layout, Link, Segment, TcpLink, Transport};
+use crate::transport::{Layout, Link, Segment, TcpLink, Transport, Window};
 
+/// The first word of a data connection's greeting, and of a control connection's (the
+/// in-flight window's credits, `transport/window.rs`).
 const HELLO_MAGIC: u64 = 0x6366_6c78_6865_6c6f;
+const CONTROL_MAGIC: u64 = 0x6366_6c78_6374_6c30;
+
+/// Which of a pair's two connections a greeting opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Data,
+    Control,
+}
+
+impl Stream {
+    fn magic(self) -> u64 {
+        match self {
+            Stream::Data => HELLO_MAGIC,
+            Stream::Control => CONTROL_MAGIC,
+        }
+    }
+}
+
+/// The two connections to one TCP peer.
+pub(crate) struct Connected {
+    pub peer: usize,
+    pub data: TcpStream,
+    pub control: TcpStream,
+}
 
 /// What each rank tells the others about itself.
 #[derive(Debug, Clone)]
@@ -213,10 +239,16 @@ pub(crate) fn build(
     }
     let bufsize = cfg.socket_buf_bytes.unwrap_or(cfg.tcp_chunk_bytes * cfg.tcp_inflight);
     let token = cfg.job_token.as_ref();
-    for (p, stream) in connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), token, deadline)? {
-        tune_socket(&stream, bufsize, cfg.traffic_class)
-            .map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
-        let link = TcpLink::new(stream, p, cfg.tcp_chunk_bytes, cfg.checksum)
+    let window = cfg.tcp_chunk_bytes * cfg.tcp_inflight;
+    for Connected { peer: p, data, control } in
+        connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), token, deadline)?
+    {
+        for s in [&data, &control] {
+            tune_socket(s, bufsize, cfg.traffic_class)
+                .map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
+        }
+        let window = Window::new(control, window).map_err(|e| Error::setup("non-blocking control socket", e))?;
+        let link = TcpLink::new(data, window, p, cfg.tcp_chunk_bytes, cfg.checksum)
             .map_err(|e| Error::setup("non-blocking socket", e))?;
         links[p] = Some(Link::tcp(link));
     }
@@ -286,9 +318,9 @@ fn map_segment(
     }
 }
 
-/// Connects to every lower rank that needs TCP and accepts every higher one. With `token`,
-/// each connection first passes the handshake; an accepted one that fails it is closed unread
-/// and logged, and the wait goes on for the real peer.
+/// Connects to every lower rank that needs TCP and accepts every higher one, two connections
+/// per pair (data, then control). With `token`, each connection first passes the handshake; an
+/// accepted one that fails it is closed unread and logged, and the wait goes on for the real peer.
 fn connect_mesh(
     listener: &TcpListener,
     peers: &[Peer],
@@ -296,32 +328,23 @@ fn connect_mesh(
     wants_tcp: &dyn Fn(usize) -> bool,
     token: Option<&Token>,
     deadline: Instant,
-) -> Result<Vec<(usize, TcpStream)>> {
+) -> Result<Vec<Connected>> {
     let mut out = Vec::new();
     for p in (0..rank).filter(|&p| wants_tcp(p)) {
-        let mut s = TcpStream::connect_timeout(&peers[p].addr, left(deadline))
-            .map_err(|e| Error::setup(format!("connecting to rank {p} at {}", peers[p].addr), e))?;
-        if let Some(t) = token {
-            // The job's deadline, not the handshake's: rank p answers only once it has made its
-            // own connections to the ranks below it.
-            auth::connect(&s, t, Purpose::Data, left(deadline)).map_err(|source| Error::Auth {
-                context: format!("data connection to rank {p} at {}", peers[p].addr),
-                source,
-            })?;
-        }
-        let mut hello = [0u8; 16];
-        hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-        hello[8..].copy_from_slice(&(rank as u64).to_le_bytes());
-        s.write_all(&hello).map_err(|e| Error::setup(format!("greeting rank {p}"), e))?;
-        out.push((p, s));
+        let data = connect(&peers[p], p, rank, Stream::Data, token, deadline)?;
+        let control = connect(&peers[p], p, rank, Stream::Control, token, deadline)?;
+        out.push(Connected { peer: p, data, control });
     }
-    let mut expected: Vec<usize> = (rank + 1..peers.len()).filter(|&p| wants_tcp(p)).collect();
+    let higher: Vec<usize> = (rank + 1..peers.len()).filter(|&p| wants_tcp(p)).collect();
+    let mut expected: Vec<(usize, Stream)> =
+        higher.iter().flat_map(|&p| [(p, Stream::Data), (p, Stream::Control)]).collect();
+    let mut got: Vec<(usize, Stream, TcpStream)> = Vec::new();
     // Each accepted connection is greeted on a thread of its own (the token's handshake, then
     // the greeting), with the job's deadline as its patience: a greeting retransmitted over a
     // lossy link may take seconds, a connection given up on here would be one its rank
     // believes made, and a stranger that never speaks holds up nobody. The connections still
     // being greeted when this returns are shut down, which ends their threads.
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, TcpStream)>();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, Stream, TcpStream)>();
     let mut greeting: Vec<Option<TcpStream>> = Vec::new();
     listener.set_nonblocking(true).map_err(|e| Error::setup("listener", e))?;
     let done = loop {
@@ -329,8 +352,9 @@ fn connect_mesh(
             break Ok(());
         }
         if Instant::now() >= deadline {
+            let ranks: Vec<usize> = higher.iter().copied().filter(|p| expected.iter().any(|(q, _)| q == p)).collect();
             break Err(Error::setup(
-                format!("waiting for TCP connections from ranks {expected:?}"),
+                format!("waiting for TCP connections from ranks {ranks:?}"),
                 std::io::ErrorKind::TimedOut.into(),
             ));
         }
@@ -340,8 +364,8 @@ fn connect_mesh(
                 let (i, tx, token) = (greeting.len(), tx.clone(), token.cloned());
                 greeting.push(Some(handle));
                 let greeter = std::thread::Builder::new().name("conflux-greet".into()).spawn(move || {
-                    if let Some((from, s)) = greet(s, from_addr, token.as_ref(), rank, deadline) {
-                        let _ = tx.send((i, from, s));
+                    if let Some((from, kind, s)) = greet(s, from_addr, token.as_ref(), rank, deadline) {
+                        let _ = tx.send((i, from, kind, s));
                     }
                 });
                 if let Err(e) = greeter {
@@ -352,32 +376,68 @@ fn connect_mesh(
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => break Err(Error::setup("accepting data connections", e)),
         }
-        if let Ok((i, from, s)) = rx.recv_timeout(Duration::from_millis(1)) {
+        if let Ok((i, from, kind, s)) = rx.recv_timeout(Duration::from_millis(1)) {
             greeting[i] = None;
-            match expected.iter().position(|&p| p == from) {
+            match expected.iter().position(|&e| e == (from, kind)) {
                 Some(k) => {
                     expected.swap_remove(k);
-                    out.push((from, s));
+                    got.push((from, kind, s));
                 }
-                None => tracing::warn!("rank {rank}: dropped a second data connection greeting as rank {from}"),
+                None => tracing::warn!("rank {rank}: dropped a second {kind:?} connection greeting as rank {from}"),
             }
         }
     };
     for s in greeting.into_iter().flatten() {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
-    done.map(|()| out)
+    done?;
+    for p in higher {
+        let mut take = |kind: Stream| {
+            let i = got.iter().position(|(q, k, _)| (*q, *k) == (p, kind)).expect("every expected connection came");
+            got.swap_remove(i).2
+        };
+        let data = take(Stream::Data);
+        out.push(Connected { peer: p, data, control: take(Stream::Control) });
+    }
+    Ok(out)
+}
+
+/// Opens one of the connections to lower rank `p`: the token's handshake, then the greeting.
+fn connect(
+    peer: &Peer,
+    p: usize,
+    rank: usize,
+    kind: Stream,
+    token: Option<&Token>,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let mut s = TcpStream::connect_timeout(&peer.addr, left(deadline))
+        .map_err(|e| Error::setup(format!("connecting to rank {p} at {}", peer.addr), e))?;
+    if let Some(t) = token {
+        // The job's deadline, not the handshake's: rank p answers only once it has made its
+        // own connections to the ranks below it.
+        auth::connect(&s, t, Purpose::Data, left(deadline)).map_err(|source| Error::Auth {
+            context: format!("data connection to rank {p} at {}", peer.addr),
+            source,
+        })?;
+    }
+    let mut hello = [0u8; 16];
+    hello[..8].copy_from_slice(&kind.magic().to_le_bytes());
+    hello[8..].copy_from_slice(&(rank as u64).to_le_bytes());
+    s.write_all(&hello).map_err(|e| Error::setup(format!("greeting rank {p}"), e))?;
+    Ok(s)
 }
 
 /// Greets one accepted connection: the token's handshake, then the 16-byte greeting (magic,
-/// rank), each given until `deadline`. The rank it comes from, or None to drop it.
+/// rank), each given until `deadline`. The rank it comes from and which connection it opens,
+/// or None to drop it.
 fn greet(
     mut s: TcpStream,
     from_addr: SocketAddr,
     token: Option<&Token>,
     rank: usize,
     deadline: Instant,
-) -> Option<(usize, TcpStream)> {
+) -> Option<(usize, Stream, TcpStream)> {
     s.set_nonblocking(false).ok()?;
     if let Some(t) = token {
         if let Err(e) = auth::accept(&s, t, Purpose::Data, left(deadline)) {
@@ -392,7 +452,8 @@ fn greet(
     s.set_read_timeout(None).ok()?;
     let magic = u64::from_le_bytes(hello[..8].try_into().expect("8"));
     let from = u64::from_le_bytes(hello[8..].try_into().expect("8")) as usize;
-    (magic == HELLO_MAGIC).then_some((from, s))
+    let kind = [Stream::Data, Stream::Control].into_iter().find(|k| k.magic() == magic)?;
+    Some((from, kind, s))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub(crate) mod rounds;
 pub(crate) mod shm;
 mod tcp;
 pub(crate) mod wait;
+mod window;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,7 +35,8 @@ pub(crate) use posted::{Posted, PostedBuf};
 use ring::{SendProgress, ShmRx, ShmTx};
 pub(crate) use shm::{Layout, Segment};
 pub(crate) use tcp::TcpLink;
-use wait::{Idle, Interests, SocketInterest, Waiter};
+use wait::{Idle, Interests, Waiter};
+pub(crate) use window::Window;
 /// Why a transfer on a link failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinkError {
@@ -463,7 +465,7 @@ fn interests<'a>(links: &'a [Option<Link>], open: impl Iterator<Item = (usize, b
     for (peer, send, awaited) in open {
         match &links[peer].as_ref().expect("checked before waiting").wire {
             Wire::Shm { .. } => shm = true,
-            Wire::Tcp(t) => sockets.push(SocketInterest { fd: t.fd(), read: !send, write: send, peer }),
+            Wire::Tcp(t) => sockets.push(t.interest(send, peer)),
         }
         if awaited && !peers.contains(&peer) {
             peers.push(peer);

@@ -573,6 +573,47 @@ fn scenario_leave(comm: Communicator, victim: usize, elems: usize, send: bool) -
     }
 }
 
+/// Rank 0 sends `bytes` to rank 1, which starts receiving only after `delay_ms`; rank 0 says
+/// how long its blocking send took (SENT-IN), rank 1 whether every byte arrived (RECEIVED-OK).
+/// With a TCP window smaller than the message, the send cannot return before rank 1 reads.
+fn scenario_window(comm: Communicator, bytes: usize, delay_ms: u64) -> ExitCode {
+    let r = comm.rank();
+    let pattern = |i: usize| (i as i32).wrapping_mul(-1_640_531_535).rotate_left(11);
+    let n = bytes / 4;
+    let result = match r {
+        0 => {
+            let msg: Vec<i32> = (0..n).map(pattern).collect();
+            let t = Instant::now();
+            comm.send(&msg, 1, 5).map(|()| format!("SENT-IN {:.3}", t.elapsed().as_secs_f64()))
+        }
+        1 => {
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            let mut got = vec![0i32; n];
+            comm.recv(&mut got, 0, 5).map(|()| {
+                let wrong = (0..n).filter(|&i| got[i] != pattern(i)).count();
+                if wrong == 0 {
+                    "RECEIVED-OK".to_string()
+                } else {
+                    format!("{wrong} of {n} elements wrong")
+                }
+            })
+        }
+        _ => Ok("idle".to_string()),
+    };
+    // Both ranks leave together: rank 0 must not shut down while its last bytes are in flight.
+    let result = result.and_then(|what| comm.barrier().map(|()| what));
+    match result {
+        Ok(what) => {
+            println!("rank {r}: {what}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("rank {r}: failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// Rank 0 sends `bytes` to rank 1 and shuts down at once. Over a slow link its goodbye, which
 /// goes through the store, reaches rank 1 long before the message's last bytes do; rank 1 must
 /// still receive all of them, exactly, and only then see rank 0 gone.
@@ -680,6 +721,10 @@ fn main() -> ExitCode {
             let bytes = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(256 << 10);
             return scenario_send_and_leave(comm, bytes);
         }
+        "window" => {
+            let bytes = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(1 << 20);
+            return scenario_window(comm, bytes, args.get(2).and_then(|v| v.parse().ok()).unwrap_or(1000));
+        }
         "groups" => groups::scenario_groups(comm),
         "ordered" => ordered::scenario_ordered(comm),
         "algos" | "algos-quick" => {
@@ -705,7 +750,7 @@ fn main() -> ExitCode {
         }
         other => {
             eprintln!(
-                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK [ELEMS [send]]], send-and-leave [BYTES], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
+                "conflux-check: unknown scenario {other:?} (colls, quick, algos|algos-quick [MUST,SERVE], async, p2p, errors, kill [RANK [group]], leave [RANK [ELEMS [send]]], send-and-leave [BYTES], window [BYTES DELAY_MS], mismatch, calls [op|root|dtype|redop|count|algo], stuck [RANK], abort [RANK], cut [RANK], ordered, shrink [RANK], \
                  groups, group-mismatch, fusion, priority [ELEMS], trace-steps [SLOW SLOW_MS BASE_MS STEPS ELEMS], trace-overlap [STEPS ELEMS MS], trace-kill [RANK AFTER])"
             );
             return ExitCode::from(2);

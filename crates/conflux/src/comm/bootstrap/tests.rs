@@ -7,6 +7,17 @@ fn greeting(r: u64) -> Vec<u8> {
     [HELLO_MAGIC.to_le_bytes(), r.to_le_bytes()].concat()
 }
 
+/// Rank `r`'s control connection to `addr`, greeted (the in-flight window's credits).
+fn control(addr: SocketAddr, r: u64) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(&[CONTROL_MAGIC.to_le_bytes(), r.to_le_bytes()].concat()).unwrap();
+    s
+}
+
+fn ranks(got: &[Connected]) -> Vec<usize> {
+    got.iter().map(|c| c.peer).collect()
+}
+
 fn peer(l: &TcpListener) -> Peer {
     Peer { node: "n".into(), pid: 0, addr: l.local_addr().unwrap(), cpus: vec![0] }
 }
@@ -40,12 +51,14 @@ fn strangers_are_refused_and_the_real_peer_still_gets_through() {
     let _ = (&forger).read_to_end(&mut rest);
     assert!(!rest.starts_with(&HELLO_MAGIC.to_le_bytes()), "the forger got nothing but the challenge");
 
-    let ((p, mut s0), (q, mut s1)) = (at0.pop().unwrap(), at1.pop().unwrap());
-    assert_eq!((p, q), (1, 0));
-    s1.write_all(b"ping").unwrap();
-    let mut b = [0u8; 4];
-    s0.read_exact(&mut b).unwrap();
-    assert_eq!(&b, b"ping", "rank 0 kept the real rank 1's connection");
+    let (mut c0, mut c1) = (at0.pop().unwrap(), at1.pop().unwrap());
+    assert_eq!((c0.peer, c1.peer), (1, 0));
+    for (from, to, msg) in [(&mut c1.data, &mut c0.data, b"data"), (&mut c1.control, &mut c0.control, b"ctrl")] {
+        from.write_all(msg).unwrap();
+        let mut b = [0u8; 4];
+        to.read_exact(&mut b).unwrap();
+        assert_eq!(&b, msg, "rank 0 kept the real rank 1's connections, each in its place");
+    }
 }
 
 /// Ranks bound to one CPU each still make a node of all their CPUs: 4 ranks on CPUs 0, 0, 1, 1
@@ -88,17 +101,18 @@ fn a_silent_stranger_and_a_greeting_in_pieces() {
         let mut s = TcpStream::connect(addr).unwrap();
         let hello = greeting(1);
         s.write_all(&hello).unwrap();
-        s
+        (s, control(addr, 1))
     });
+    let _control2 = control(addr, 2);
     let t = Instant::now();
     let mut got = connect_mesh(&l0, &peers, 0, &|_| true, None, t + auth::HANDSHAKE_TIMEOUT * 2).unwrap();
     assert!(t.elapsed() < auth::HANDSHAKE_TIMEOUT / 2, "the silent stranger held rank 0 up for {:?}", t.elapsed());
     let (_s2, _s1) = (pieces.join().unwrap(), other.join().unwrap());
-    got.sort_by_key(|(p, _)| *p);
-    assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [1, 2]);
+    got.sort_by_key(|c| c.peer);
+    assert_eq!(ranks(&got), [1, 2]);
     let mut b = [0u8; 4];
-    got[1].1.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    got[1].1.read_exact(&mut b).unwrap();
+    got[1].data.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    got[1].data.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"link", "the bytes after rank 2's greeting stay on its link");
 }
 
@@ -116,12 +130,12 @@ fn a_greeting_slower_than_the_handshake_timeout() {
         s.write_all(&hello[..8]).unwrap();
         std::thread::sleep(auth::HANDSHAKE_TIMEOUT + Duration::from_millis(500));
         s.write_all(&hello[8..]).unwrap();
-        s
+        (s, control(addr, 1))
     });
     let deadline = Instant::now() + auth::HANDSHAKE_TIMEOUT * 2;
     let got = connect_mesh(&l0, &peers, 0, &|_| true, None, deadline).unwrap();
     let _s = slow.join().unwrap();
-    assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [1]);
+    assert_eq!(ranks(&got), [1]);
 }
 
 /// With a job token too, a stranger that connects first and never answers the challenge holds
@@ -140,5 +154,5 @@ fn a_silent_stranger_holds_up_no_handshake() {
     let at0 = connect_mesh(&l0, &peers, 0, &|_| true, Some(&token), deadline).unwrap();
     let at1 = rank1.join().unwrap();
     assert!(t.elapsed() < auth::HANDSHAKE_TIMEOUT / 2, "the silent stranger held rank 0 up for {:?}", t.elapsed());
-    assert_eq!((at0.len(), at0[0].0, at1[0].0), (1, 1, 0));
+    assert_eq!((at0.len(), at0[0].peer, at1[0].peer), (1, 1, 0));
 }
