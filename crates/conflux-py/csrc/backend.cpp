@@ -376,6 +376,43 @@ class ConfluxBackend : public c10d::Backend {
     api->abort(handle_);
   }
 
+  // -- new groups from this one (torch's split_group and shrink_group), made in Python
+  // (conflux/torch.py `_split`, `_shrink`) on conflux's own split and shrink.
+
+  bool supportsSplitting() const override {
+    return true;
+  }
+
+  bool supportsShrinking() const override {
+    return true;
+  }
+
+  // What splitGroup starts from when split_group is given no pg_options.
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+    return c10::make_intrusive<c10d::Backend::Options>("conflux");
+  }
+
+  // torch's ProcessGroup::splitGroup calls this on every rank of the parent, each with the
+  // sorted parent ranks of its own new group (a rank in none, with another group's): that is
+  // conflux's collective split. nullptr for a rank outside `ranks`.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& /*store*/,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override {
+    double timeout = opts ? std::chrono::duration<double>(opts->timeout).count() : -1.0;
+    py::gil_scoped_acquire gil;
+    py::object made = py::module_::import("conflux.torch").attr("_split")(comm_, getRank(), ranks, timeout);
+    if (made.is_none()) return nullptr;
+    return made.cast<c10::intrusive_ptr<ConfluxBackend>>();
+  }
+
+  // torch's shrink_group: only the ranks that stay call it, each with the same exclusions.
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<c10d::Backend::Options>& /*opts*/) override {
+    py::gil_scoped_acquire gil;
+    py::object made = py::module_::import("conflux.torch").attr("_shrink")(comm_, ranks_to_exclude, shrink_flags);
+    return made.cast<c10::intrusive_ptr<ConfluxBackend>>();
+  }
+
   // -- collectives
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,

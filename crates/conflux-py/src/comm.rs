@@ -253,10 +253,11 @@ impl Comm {
             .collect()
     }
 
-    /// The survivors' communicator (collective over the ranks still alive; see
-    /// `Communicator::shrink`).
-    fn shrink(&self, py: Python<'_>) -> PyResult<Comm> {
-        let inner = py.detach(|| self.inner.shrink()).map_err(py_err)?;
+    /// The survivors' communicator, without `exclude` as well (collective over the ranks
+    /// still alive and not excluded; see `Communicator::shrink_without`).
+    #[pyo3(signature = (exclude=Vec::new()))]
+    fn shrink(&self, py: Python<'_>, exclude: Vec<usize>) -> PyResult<Comm> {
+        let inner = py.detach(|| self.inner.shrink_without(&exclude)).map_err(py_err)?;
         Ok(Comm { inner })
     }
 

@@ -148,3 +148,12 @@ def test_torchrun_across_two_netns_nodes(tmp_path):
                        capture_output=True, text=True, timeout=240)
     out = ok(p)
     assert out.count("nodes ok") == 4, out
+
+
+def test_split_group_and_shrink_group():
+    """torch's split_group and shrink_group on the C++ backend: conflux's split and shrink."""
+    procs = spawn(WORKERS / "torch_split.py", 4)
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert procs[3].returncode == 3, outs[3]
+    for r in range(3):
+        assert procs[r].returncode == 0 and "split ok" in outs[r][0], f"rank {r}: {outs[r]}"

@@ -311,10 +311,11 @@ class Communicator:
         sum)", for ranks on this host; else None) and "links" ("self", "shm" or "tcp")."""
         return self._c.status()
 
-    def shrink(self) -> Communicator:
-        """The communicator of the ranks of this one still alive, renumbered in order (collective
-        over the survivors: after a rank died, each survivor calls it and carries on)."""
-        return Communicator(self._c.shrink())
+    def shrink(self, exclude: Sequence[int] = ()) -> Communicator:
+        """The communicator of the ranks of this one still alive and not in `exclude`, renumbered
+        in order (collective over them: after a rank died, each survivor calls it and carries
+        on). Every caller passes the same `exclude`; the excluded ranks do not call."""
+        return Communicator(self._c.shrink(list(exclude)))
 
     closed = property(lambda self: self._c.closed,
                       doc="Why this communicator can no longer be used (\"aborted\", ...), or None.")

@@ -90,6 +90,32 @@ def _comm_for(store, rank, size, timeout, trace_as, options):
                         _native_options(options))
 
 
+def _split(comm, rank, ranks, timeout):
+    """The C++ backend's `split` (torch's `dist.split_group`): torch calls it on every rank of
+    the parent group, each with the sorted parent ranks of its own new group (a rank in none
+    with another group's), which is conflux's collective split with the group's first rank as
+    its color. The new group's links are conflux's own, agreed on through the parent; its
+    timeout is the one torch gives (`timeout` s, or the parent's when < 0). None for a rank
+    outside `ranks`."""
+    member = rank in ranks
+    options = Options(timeout=timeout) if timeout >= 0 else None
+    child = comm.split(ranks[0] if member else None, ranks.index(rank) if member else 0, _native_options(options))
+    if child is None:
+        return None
+    return _cpp().ConfluxBackend(child, child.rank, child.size)
+
+
+def _shrink(comm, ranks_to_exclude, flags):
+    """The C++ backend's `shrink` (torch's `dist.shrink_group`): the group's ranks not in
+    `ranks_to_exclude`, renumbered in order, agreed on through the store (`Communicator.shrink`).
+    SHRINK_ABORT needs nothing more: the shrink never waits on the old group's operations,
+    which fail on their own once a rank they wait for is gone (aborting the old group would
+    tell every rank, the new group's too, that this one failed)."""
+    del flags
+    small = comm.shrink(list(ranks_to_exclude))
+    return _cpp().ConfluxBackend(small, small.rank, small.size)
+
+
 def _backend(group):
     """The ConfluxBackend serving CPU tensors in `group` (None: the default group)."""
     pg = group if group is not None else dist.group.WORLD

@@ -77,8 +77,6 @@ pub(crate) struct Core {
     pub topo: Topo,
     pub model: Model,
     pub model_source: ModelSource,
-    /// The communicator the session was opened for; its shutdown says the process's goodbye.
-    root: bool,
     /// Its rank's tracer, when traced (`Config::trace`).
     pub trace: Option<CommTrace>,
     /// The call boards of this host's ranks (none without a shared segment), for `status`.
@@ -218,6 +216,7 @@ impl Core {
             Some(dir) => Some(open_trace(dir, &session, (&prefix, &world, rank), &topo, &lanes, &config, root)?),
             None => None,
         };
+        session.opened();
         Ok(Core {
             trace,
             session,
@@ -236,7 +235,6 @@ impl Core {
             topo,
             model,
             model_source: source,
-            root,
             board,
         })
     }
@@ -308,7 +306,10 @@ impl Core {
         if let Some(ct) = &self.trace {
             ct.tracer.flush();
         }
-        if self.root {
+        // The process's goodbye comes with its session's last open communicator, which need
+        // not be the one the session was opened for: torch's shrink_group destroys the group
+        // it shrank and goes on with the shrunk one.
+        if self.session.closed_one() {
             self.session.goodbye();
         }
         if all_drained {

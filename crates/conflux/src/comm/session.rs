@@ -4,10 +4,10 @@
 //!
 //! Sub-groups and priority lanes each open their own monitor channel and links, but they
 //! rendezvous through this store; none starts a new one. The session lives as long as any
-//! communicator made from it.
+//! communicator made from it, and the goodbye waits for the last of them to shut down.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -24,6 +24,8 @@ pub(crate) struct Session {
     server: Option<StoreServer>,
     next_channel: AtomicU64,
     timeout: Duration,
+    /// Communicators made from this session and not yet shut down.
+    open: AtomicUsize,
 }
 
 impl Session {
@@ -43,6 +45,7 @@ impl Session {
             server: None,
             next_channel: AtomicU64::new(1),
             timeout,
+            open: AtomicUsize::new(0),
         };
         if size > 1 {
             let addr_s = store.ok_or_else(|| Error::Config("a store address is needed when size > 1".into()))?;
@@ -53,6 +56,16 @@ impl Session {
             s.store = Some((client, addr));
         }
         Ok(s)
+    }
+
+    /// Counts a communicator made from this session as open.
+    pub fn opened(&self) {
+        self.open.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts one as shut down (once per communicator); true when it was the last open one.
+    pub fn closed_one(&self) -> bool {
+        self.open.fetch_sub(1, Ordering::SeqCst) == 1
     }
 
     /// A monitor channel number no other communicator of this process uses.
