@@ -38,7 +38,10 @@ impl Communicator {
         excluded.sort_unstable();
         excluded.dedup();
         if let Some(&r) = excluded.iter().find(|&&r| r >= self.size()) {
-            return Err(Error::InvalidArgument(format!("shrink: rank {r} is not in a communicator of {}", self.size())));
+            return Err(Error::InvalidArgument(format!(
+                "shrink: rank {r} is not in a communicator of {}",
+                self.size()
+            )));
         }
         if excluded.contains(&self.rank()) {
             return Err(Error::InvalidArgument(format!(
