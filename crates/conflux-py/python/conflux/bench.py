@@ -50,6 +50,7 @@ MIN_ITERS, MAX_ITERS = 5, 100_000
 CALIBRATE_S = 0.02       # adaptive --iters: the calibration batch's length
 OVERHEAD_BYTES = 8
 RUST_ITERS = 5000       # --overhead: timed calls of each `conflux bench` run
+FAKE_ROW = "torch.distributed, torch's fake backend (torch alone)"
 
 # The launcher's variables, removed from the environment of a nested `conflux bench`.
 _JOB_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
@@ -523,6 +524,17 @@ def rust_bench(job, rounds):
     return shown, times, None
 
 
+def fake_group():
+    """A group on torch's own "fake" backend, which communicates nothing: what dist.all_reduce
+    costs in torch alone (dispatch, the Python wrapper, the flight recorder's hook when torch
+    attaches one). None where this torch has no fake backend."""
+    try:
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+        return dist.new_group(backend="fake")
+    except Exception:  # an internal module: absent or changed in some torch versions
+        return None
+
+
 def overhead(job, args):
     import numpy as np
 
@@ -535,6 +547,8 @@ def overhead(job, args):
     raw = np.zeros(count, dtype=np.float32)
     raw_triple = (raw.__array_interface__["data"][0], count, "f32")
     g_cf, g_gl = job.group("conflux"), job.group("gloo")
+    g_fake = fake_group()
+    t_fake = torch.zeros(count, dtype=torch.float32)
 
     # (what, the call, the barrier before the timed calls: the same path's own)
     methods = [
@@ -546,6 +560,8 @@ def overhead(job, args):
         ("torch.distributed, backend gloo", lambda: dist.all_reduce(t_gl, group=g_gl),
          lambda: dist.barrier(group=g_gl)),
     ]
+    if g_fake is not None:
+        methods.append((FAKE_ROW, lambda: dist.all_reduce(t_fake, group=g_fake), job.barrier))
     results = {m[0]: [] for m in methods}
     iters_used = {m[0]: [] for m in methods}
     for _ in range(args.rounds):
@@ -568,6 +584,7 @@ def overhead(job, args):
             print(" {:<56} {:>12.2f} {:>10.2f} {:>10.2f} {:>10}".format(
                 name, statistics.median(v), min(v), max(v), statistics.median(iters_used[name])), flush=True)
         base = statistics.median(results[methods[0][0]])
+        floor = statistics.median(results[FAKE_ROW]) if FAKE_ROW in results else None
         api_us = statistics.median(results[methods[1][0]])
         raw_us = statistics.median(results[methods[2][0]])
         if rust is not None:
@@ -581,6 +598,11 @@ def overhead(job, args):
                 rust_us = None
                 print(f"# Rust bench not run: {why}", flush=True)
             print(f"# Rust figure: {shown}", flush=True)
+            if floor is not None and rust_us is not None:
+                print(f"# conflux through torch over torch's own floor (the fake backend): {base - floor:+.2f} us "
+                      f"per call, of which the collective itself (Rust bench) {rust_us:.2f} us; "
+                      f"flight recorder {'off' if os.environ.get('TORCH_FR_BUFFER_SIZE') == '0' else 'on'} "
+                      "(TORCH_FR_BUFFER_SIZE=0 turns it off)", flush=True)
         else:
             rust_us = None
             print(f"# compare with the Rust bench: conflux bench all_reduce -n {job.size} -b {OVERHEAD_BYTES} "
