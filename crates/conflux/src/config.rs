@@ -104,7 +104,8 @@ pub struct Config {
     pub shm_chunk_bytes: usize,
     /// Largest piece a TCP link writes or reduces at once (`CONFLUX_TCP_CHUNK`, default 256K).
     pub tcp_chunk_bytes: usize,
-    /// Chunks a TCP sender may have in flight; sizes the socket buffers (`CONFLUX_TCP_INFLIGHT`, default 8).
+    /// Chunks a TCP sender may have written and its peer not yet read (the window,
+    /// `transport/window.rs`); also sizes the socket buffers (`CONFLUX_TCP_INFLIGHT`, default 8).
     pub tcp_inflight: usize,
     /// Explicit SO_SNDBUF/SO_RCVBUF, overriding chunk x inflight (`CONFLUX_SOCKET_BUF`).
     pub socket_buf_bytes: Option<usize>,
