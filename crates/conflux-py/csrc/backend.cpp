@@ -207,15 +207,22 @@ class ConfluxWork : public c10d::Work {
 
   ~ConfluxWork() override {
     for (void* t : traces_) api->trace_release(t);
+    for (void* h : helpers_) api->help_release(h);
   }
 
   // As torch's, but a wait that runs out raises conflux's CommTimeout (the operation goes on),
   // and a traced communicator's trace records how long the caller was blocked.
   bool wait(std::chrono::milliseconds timeout) override {
+    // First run the operation here if conflux's engine thread has not taken it yet: waiting
+    // right after issuing then costs no hand-off to that thread and back. Not for a wait with
+    // a timeout, which must return when it runs out while the operation goes on.
+    auto began = std::chrono::steady_clock::now();
+    bool blocked = !isCompleted();
+    if (blocked && timeout.count() == 0) {
+      for (void* h : helpers_) api->help(h, &ConfluxWork::is_done, this);
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     auto done = [this] { return completed_; };
-    auto began = std::chrono::steady_clock::now();
-    bool blocked = !completed_;
     bool in_time = true;
     if (timeout.count() == 0) {  // torch's kNoTimeout
       cv_.wait(lock, done);
@@ -262,12 +269,15 @@ class ConfluxWork : public c10d::Work {
       c10::raw::intrusive_ptr::incref(this);  // the callback's reference
       cfx_outcome out;
       void* trace = nullptr;
+      void* help = nullptr;
       s.call.trace = &trace;
+      s.call.help = &help;
       if (api->call(comm, s.finish(), &ConfluxWork::on_done, this, &out) != CFX_OK) {
         c10::intrusive_ptr<ConfluxWork>::reclaim(this);  // its callback will not run
         step_done(out);
       }
       if (trace) traces_.push_back(trace);
+      if (help) helpers_.push_back(help);
     }
     cfx_outcome ok{};
     ok.source = -1;
@@ -282,6 +292,10 @@ class ConfluxWork : public c10d::Work {
   }
 
  private:
+  static bool is_done(void* ctx) {
+    return static_cast<ConfluxWork*>(ctx)->isCompleted();
+  }
+
   static void on_done(void* ctx, const cfx_outcome* o) {
     auto self = c10::intrusive_ptr<ConfluxWork>::reclaim(static_cast<ConfluxWork*>(ctx));
     self->step_done(*o);
@@ -334,6 +348,7 @@ class ConfluxWork : public c10d::Work {
   int64_t source_ = -1;
   std::exception_ptr error_;
   std::vector<void*> traces_;   // the operations' wait trackers, when traced (filled by start)
+  std::vector<void*> helpers_;  // what runs the operations on a waiting thread (filled by start)
   bool settled_ = false;        // the outcome is final (guarded by mutex_)
   std::exception_ptr outcome_;  // the call's error, once settled
 };

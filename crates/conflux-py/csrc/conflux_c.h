@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#define CFX_API_VERSION 2
+#define CFX_API_VERSION 3
 
 /* Operation kinds. */
 enum {
@@ -68,6 +68,10 @@ typedef struct cfx_call {
    * conflux cannot see them; NULL is written when nothing is traced. Give it back with
    * trace_release. */
   void** trace;
+  /* Asynchronous calls: if not NULL, receives a handle with which a thread that waits for the
+   * operation runs it itself (help) instead of sleeping until conflux's engine thread has run
+   * it; NULL when the operation settled at once. Give it back with help_release. */
+  void** help;
 } cfx_call;
 
 typedef struct cfx_outcome {
@@ -93,6 +97,11 @@ typedef struct cfx_api {
   /* The caller will wait where nothing records it (a future waited inside torch). */
   void (*trace_elsewhere)(const void* trace);
   void (*trace_release)(const void* trace);
+  /* Runs the operation behind `help` (and any issued before it) on this thread, while conflux's
+   * engine thread has not taken it, until done(ctx) returns true or nothing more can be run
+   * here; returns then, and the caller waits as before. A no-op once the communicator is gone. */
+  void (*help)(const void* help, bool (*done)(void* ctx), void* ctx);
+  void (*help_release)(const void* help);
 } cfx_api;
 
 #endif

@@ -14,7 +14,7 @@ use pyo3::types::PyCapsule;
 use crate::errors::classify;
 use crate::raw::{Raw, Region};
 
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 const ALL_REDUCE: u32 = 0;
 const BROADCAST: u32 = 1;
@@ -48,6 +48,7 @@ pub struct CfxCall {
     ncounts: u64,
     timeout_ms: u64,
     trace: *mut *mut c_void,
+    help: *mut *mut c_void,
 }
 
 #[repr(C)]
@@ -71,10 +72,25 @@ pub struct CfxApi {
     trace_waited: unsafe extern "C" fn(*const c_void, u64),
     trace_elsewhere: unsafe extern "C" fn(*const c_void),
     trace_release: unsafe extern "C" fn(*const c_void),
+    help: unsafe extern "C" fn(*const c_void, HelpDone, *mut c_void),
+    help_release: unsafe extern "C" fn(*const c_void),
 }
 
-static API: CfxApi =
-    CfxApi { version: VERSION, call, abort, shutdown, release, trace_waited, trace_elsewhere, trace_release };
+/// Asks the C side whether the operation a helper runs is over.
+type HelpDone = unsafe extern "C" fn(*mut c_void) -> bool;
+
+static API: CfxApi = CfxApi {
+    version: VERSION,
+    call,
+    abort,
+    shutdown,
+    release,
+    trace_waited,
+    trace_elsewhere,
+    trace_release,
+    help,
+    help_release,
+};
 
 /// A new handle on `comm` for the C side: a communicator handle of its own, boxed, given back
 /// with `release`.
@@ -166,6 +182,8 @@ struct Notify {
     ctx: *mut c_void,
     /// Where the call wants its operation's wait tracker, or null.
     trace: *mut *mut c_void,
+    /// Where the call wants its operation's helper (`help`), or null.
+    help: *mut *mut c_void,
 }
 
 // SAFETY: the context is the C++ Work, which stays alive until its callback has run (it holds
@@ -191,6 +209,11 @@ fn watch<T: Send + 'static>(w: conflux::Work<T>, source: fn(&T) -> Option<usize>
         let tracker = w.wait_tracker().map_or(std::ptr::null_mut(), |t| Box::into_raw(Box::new(t)).cast::<c_void>());
         // SAFETY: a pointer to the caller's slot, valid for this call (conflux_c.h).
         unsafe { notify.trace.write(tracker) };
+    }
+    if !notify.help.is_null() {
+        let helper = w.helper().map_or(std::ptr::null_mut(), |h| Box::into_raw(Box::new(h)).cast::<c_void>());
+        // SAFETY: a pointer to the caller's slot, valid for this call (conflux_c.h).
+        unsafe { notify.help.write(helper) };
     }
     let slot: Watched<T> = Arc::new(Mutex::new(None));
     let again = slot.clone();
@@ -332,7 +355,7 @@ unsafe extern "C" fn call(
     // SAFETY: the C++ backend passes a live handle and a call descriptor alive for this call
     // (see conflux_c.h); `out` points at an outcome it owns.
     let (comm, c) = unsafe { (comm_of(comm), &*c) };
-    let notify = done.map(|done| Notify { done, ctx, trace: c.trace });
+    let notify = done.map(|done| Notify { done, ctx, trace: c.trace, help: c.help });
     let issued_async = notify.is_some();
     let timed;
     let comm = if c.timeout_ms > 0 {
@@ -359,6 +382,30 @@ unsafe extern "C" fn call(
 unsafe fn tracker_of<'a>(t: *const c_void) -> &'a WaitTracker {
     // SAFETY: per the contract, a live Box<WaitTracker> from `watch`.
     unsafe { &*t.cast::<WaitTracker>() }
+}
+
+/// Runs the helper's operation on this thread until `done(ctx)` (`conflux::Helper`).
+unsafe extern "C" fn help(h: *const c_void, done: HelpDone, ctx: *mut c_void) {
+    if h.is_null() {
+        return;
+    }
+    // SAFETY: a live helper handle from `watch` (conflux_c.h); `done` and `ctx` are the
+    // caller's, valid for this call.
+    let helper = unsafe { &*h.cast::<conflux::Helper>() };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: see above.
+        helper.help_until(|| unsafe { done(ctx) })
+    }));
+    // A panic here is a bug; the operation's own Work reports how it ended, so waiting on
+    // goes on as it would have without the help.
+    drop(r);
+}
+
+unsafe extern "C" fn help_release(h: *const c_void) {
+    if !h.is_null() {
+        // SAFETY: a helper handle from `watch`, given back once (conflux_c.h).
+        drop(unsafe { Box::from_raw(h.cast_mut().cast::<conflux::Helper>()) });
+    }
 }
 
 unsafe extern "C" fn trace_waited(t: *const c_void, blocked_ns: u64) {

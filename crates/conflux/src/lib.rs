@@ -21,7 +21,7 @@ pub mod config;
 pub mod cpus;
 pub use algo::{Algo, OpKind};
 pub use comm::{
-    Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, KindReference, LinkHealth, LinkKind, Priority,
+    Bucketer, Buffer, CommBuilder, Communicator, HealthOptions, Helper, KindReference, LinkHealth, LinkKind, Priority,
     RankStatus, WaitTracker, Work,
 };
 pub use config::{AlgoSpec, Config, Options, TraceAs, TransportKind};

@@ -207,6 +207,40 @@ impl Engine {
         }
     }
 
+    /// Runs queued jobs on this thread, in ticket order, until `done()` holds, while the next
+    /// operation due is a queued job and the transport is free: a caller that waits right
+    /// after issuing (torch's `async_op=True` then `wait()`, a pipeline stage's isend/irecv
+    /// then wait) runs its own operation instead of waking the engine thread and being woken
+    /// back, two wake-ups that cost tens of microseconds on an oversubscribed host. Stops at
+    /// an inline operation's turn (its caller runs it) and leaves the rest to the engine
+    /// thread, which finds the queue moved on when it wakes.
+    pub fn help_until(&self, done: impl Fn() -> bool) {
+        while !done() {
+            let mut q = lock(&self.queue);
+            if !q.job_is_next() {
+                return;
+            }
+            let mut t = match self.transport.try_lock() {
+                Ok(t) => t,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            let (ticket, job) = q.jobs.pop_front().expect("front exists");
+            drop(q);
+            self.recorder.dequeued(ticket);
+            // Finishes the ticket also if the job panics, so that the operations after it run.
+            let finished = TicketDone { engine: self, wake_engine: false };
+            job(&mut t);
+            let posted = t.t.has_posted();
+            drop(t);
+            drop(finished);
+            if posted {
+                // Posted transfers the job left: the engine thread drives them.
+                self.work.notify_one();
+            }
+        }
+    }
+
     /// Drives posted transfers on this thread until `done()`, as MPI_Wait progresses its
     /// request, instead of sleeping until the engine thread has finished the transfer and woken
     /// this one. Only while nothing else is issued: it returns at once when operations are
@@ -315,8 +349,8 @@ impl Drop for TicketDone<'_> {
 pub struct Work<T> {
     state: Slot<T>,
     what: String,
-    /// For a posted send or receive: the engine whose transport carries it, so that `wait`
-    /// can drive it on the waiting thread.
+    /// The engine that runs the operation, so that `wait` can run it (`Engine::help_until`),
+    /// or drive a posted send or receive (`Engine::drive_until`), on the waiting thread.
     driver: Option<Weak<Engine>>,
     /// A traced operation's tracer, number there and issue time: the caller's waits are
     /// recorded. Boxed: untraced, a Work stays small.
@@ -374,7 +408,8 @@ impl<T> Work<T> {
         (Work { state: state.clone(), what, driver: None, trace: None }, Completer(Some(state)))
     }
 
-    /// Lets `wait` drive the transfer on `engine`'s transport itself (see `Engine::drive_until`).
+    /// Lets `wait` run the operation, or drive the transfer, on `engine`'s transport itself
+    /// (see `Engine::help_until`, `Engine::drive_until`).
     pub(crate) fn driven_by(mut self, engine: &Arc<Engine>) -> Work<T> {
         self.driver = Some(Arc::downgrade(engine));
         self
@@ -399,6 +434,12 @@ impl<T> Work<T> {
     /// where conflux cannot see them (a C++ backend's own Work objects); None when untraced.
     pub fn wait_tracker(&self) -> Option<WaitTracker> {
         self.trace.as_ref().map(|t| WaitTracker { tracer: t.tracer.clone(), id: t.id, issued: t.issued })
+    }
+
+    /// A handle that runs this operation on a thread that waits for it elsewhere (a C++
+    /// backend's own Work objects), as `wait` does; None for one already settled at issue.
+    pub fn helper(&self) -> Option<Helper> {
+        self.driver.clone().map(Helper)
     }
 
     /// What the operation is, as errors name it.
@@ -431,6 +472,7 @@ impl<T> Work<T> {
     pub fn wait(self) -> Result<T> {
         let _wait = WaitTrace::begin(&self.trace, self.trace.is_some() && self.is_completed());
         if let Some(engine) = self.driver.as_ref().filter(|_| !self.is_completed()).and_then(Weak::upgrade) {
+            engine.help_until(|| self.is_completed());
             engine.drive_until(|| self.is_completed());
         }
         let (m, cv) = &*self.state;
@@ -464,6 +506,21 @@ impl<T> Work<T> {
         }
         let err = Error::WaitTimeout { op: self.what.clone(), secs: timeout.as_secs_f64() };
         Err((self, err))
+    }
+}
+
+/// Runs an issued operation on the thread that waits for it (see [`Work::helper`]). Holds
+/// the engine weakly: once the communicator is gone, it does nothing.
+pub struct Helper(Weak<Engine>);
+
+impl Helper {
+    /// Until `done()`: runs the queued operations up to the awaited one on this thread, then
+    /// drives posted sends and receives, as [`Work::wait`] does before it sleeps.
+    pub fn help_until(&self, done: impl Fn() -> bool) {
+        if let Some(engine) = self.0.upgrade() {
+            engine.help_until(&done);
+            engine.drive_until(done);
+        }
     }
 }
 
@@ -543,5 +600,39 @@ mod tests {
         drop(done);
         assert_eq!(runs.load(Ordering::SeqCst), 3);
         assert!(matches!(dropped.wait(), Err(Error::Closed(_))));
+    }
+
+    /// A buffer that remembers the last thread that wrote into it.
+    struct Marked {
+        data: Vec<f32>,
+        by: Option<std::thread::ThreadId>,
+    }
+
+    impl crate::Buffer for Marked {
+        type Elem = f32;
+        fn as_slice(&self) -> &[f32] {
+            &self.data
+        }
+        fn as_mut_slice(&mut self) -> &mut [f32] {
+            self.by = Some(std::thread::current().id());
+            &mut self.data
+        }
+    }
+
+    /// A wait right after an issue runs the operation on the waiting thread when the engine
+    /// thread has not taken it yet (`Engine::help_until`): over many tries, some operations
+    /// run on the waiter's thread, which never happens without the help. Results stay right.
+    #[test]
+    fn a_wait_runs_a_queued_operation_on_the_waiting_thread() {
+        let comm = crate::Communicator::builder(0, 1).build().unwrap();
+        let me = std::thread::current().id();
+        let mut here = 0;
+        for i in 0..500 {
+            let buf = Marked { data: vec![i as f32; 4], by: None };
+            let done = comm.all_reduce_async(buf, crate::ReduceOp::Sum).wait().unwrap();
+            assert_eq!(done.data, vec![i as f32; 4]);
+            here += usize::from(done.by == Some(me));
+        }
+        assert!(here > 0, "no operation of 500 ran on the thread that waited for it");
     }
 }

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 pub use self::core::Priority;
 pub use buffer::Buffer;
-pub use engine::{WaitTracker, Work};
+pub use engine::{Helper, WaitTracker, Work};
 pub use fusion::Bucketer;
 pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
 pub use status::RankStatus;
@@ -312,6 +312,7 @@ impl Communicator {
         // Not the core itself: a job holding the last reference would tear the communicator
         // down on its own engine thread, which then waits for itself (and says no goodbye).
         let busy = HighBusy::counter(&self.core, self.lane);
+        let work = work.driven_by(&self.lane().engine);
         self.lane().engine.submit(
             what,
             Box::new(move |t| {
