@@ -601,17 +601,7 @@ fn scenario_window(comm: Communicator, bytes: usize, delay_ms: u64) -> ExitCode 
         _ => Ok("idle".to_string()),
     };
     // Both ranks leave together: rank 0 must not shut down while its last bytes are in flight.
-    let result = result.and_then(|what| comm.barrier().map(|()| what));
-    match result {
-        Ok(what) => {
-            println!("rank {r}: {what}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            println!("rank {r}: failed: {e}");
-            ExitCode::from(1)
-        }
-    }
+    report(r, result.and_then(|what| comm.barrier().map(|()| what)))
 }
 
 /// Rank 0 sends `bytes` to rank 1 and shuts down at once. Over a slow link its goodbye, which
@@ -637,6 +627,11 @@ fn scenario_send_and_leave(comm: Communicator, bytes: usize) -> ExitCode {
         }
         _ => Ok("idle".to_string()),
     };
+    report(r, result)
+}
+
+/// Prints what rank `r` did, or how it failed, and exits accordingly.
+fn report(r: usize, result: conflux::Result<String>) -> ExitCode {
     match result {
         Ok(what) => {
             println!("rank {r}: {what}");
