@@ -1,5 +1,7 @@
-"""Shrink after a failure, from Python: 3 ranks; the last one dies after the first all_reduce;
-the others see a PeerError naming it, shrink to the survivors and go on computing right.
+"""Shrink from Python, 3 ranks. First by choice: callers that disagree on the ranks to leave
+out all get a MismatchError; then ranks 0 and 1 leave rank 2 (alive, not calling) out and
+compute on the two of them. Then after a failure: the last rank dies after an all_reduce; the
+others see a PeerError naming it, shrink to the survivors and go on computing right.
 Started one process per rank (not by `conflux run`, which would stop the job). Prints
 "shrink ok" on each survivor."""
 
@@ -16,6 +18,20 @@ def main():
     x = np.full(8, float(rank))
     comm.all_reduce(x)
     assert np.all(x == sum(range(n)))
+
+    try:
+        comm.shrink(exclude=[n - 1] if rank == 0 else [])
+        raise AssertionError("a shrink with different exclusions succeeded")
+    except conflux.MismatchError as e:
+        assert "exclude" in str(e), e
+    if rank < n - 1:
+        pair = comm.shrink(exclude=[n - 1])
+        assert (pair.rank, pair.size) == (rank, n - 1), (pair.rank, pair.size)
+        z = np.full(4, rank + 1.0)
+        pair.all_reduce(z)
+        assert np.all(z == sum(r + 1 for r in range(n - 1))), z
+        pair.shutdown()
+
     if rank == n - 1:
         os._exit(3)  # dies without a goodbye
     try:
