@@ -51,6 +51,8 @@ CALIBRATE_S = 0.02       # adaptive --iters: the calibration batch's length
 OVERHEAD_BYTES = 8
 RUST_ITERS = 5000       # --overhead: timed calls of each `conflux bench` run
 FAKE_ROW = "torch.distributed, torch's fake backend (torch alone)"
+BACKEND_ROW = "conflux's torch backend called directly"
+FAKE_BACKEND_ROW = "torch's fake backend called directly"
 
 # The launcher's variables, removed from the environment of a nested `conflux bench`.
 _JOB_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
@@ -562,6 +564,15 @@ def overhead(job, args):
     ]
     if g_fake is not None:
         methods.append((FAKE_ROW, lambda: dist.all_reduce(t_fake, group=g_fake), job.barrier))
+    # The same two backends called directly, below torch's dispatcher and Python wrapper: what
+    # the backend itself costs, the collective included.
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    be_cf = g_cf._get_backend(torch.device("cpu"))
+    methods.append((BACKEND_ROW, lambda: be_cf.allreduce([t_cf], opts).wait(), lambda: dist.barrier(group=g_cf)))
+    if g_fake is not None:
+        be_fake = g_fake._get_backend(torch.device("cpu"))
+        methods.append((FAKE_BACKEND_ROW, lambda: be_fake.allreduce([t_fake], opts).wait(), job.barrier))
     results = {m[0]: [] for m in methods}
     iters_used = {m[0]: [] for m in methods}
     for _ in range(args.rounds):
@@ -585,6 +596,9 @@ def overhead(job, args):
                 name, statistics.median(v), min(v), max(v), statistics.median(iters_used[name])), flush=True)
         base = statistics.median(results[methods[0][0]])
         floor = statistics.median(results[FAKE_ROW]) if FAKE_ROW in results else None
+        if FAKE_BACKEND_ROW in results:
+            direct = statistics.median(results[BACKEND_ROW]) - statistics.median(results[FAKE_BACKEND_ROW])
+            print(f"# conflux's backend over fake's, both called directly: {direct:+.2f} us per call", flush=True)
         api_us = statistics.median(results[methods[1][0]])
         raw_us = statistics.median(results[methods[2][0]])
         if rust is not None:
