@@ -408,8 +408,8 @@ class ConfluxBackend : public c10d::Backend {
   }
 
   // torch's ProcessGroup::splitGroup calls this on every rank of the parent, each with the
-  // sorted parent ranks of its own new group (a rank in none, with another group's): that is
-  // conflux's collective split. nullptr for a rank outside `ranks`.
+  // parent ranks of its own new group, in the order given (a rank in none, with another
+  // group's): that is conflux's collective split. nullptr for a rank outside `ranks`.
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& /*store*/,
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts) override {

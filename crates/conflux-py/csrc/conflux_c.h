@@ -10,6 +10,7 @@
 #ifndef CONFLUX_C_H
 #define CONFLUX_C_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define CFX_API_VERSION 3

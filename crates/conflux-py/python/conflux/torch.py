@@ -92,8 +92,8 @@ def _comm_for(store, rank, size, timeout, trace_as, options):
 
 def _split(comm, rank, ranks, timeout):
     """The C++ backend's `split` (torch's `dist.split_group`): torch calls it on every rank of
-    the parent group, each with the sorted parent ranks of its own new group (a rank in none
-    with another group's), which is conflux's collective split with the group's first rank as
+    the parent group, each with the parent ranks of its own new group (a rank in none with
+    another group's), which is conflux's collective split with the group's first rank as
     its color. The new group's links are conflux's own, agreed on through the parent; its
     timeout is the one torch gives (`timeout` s, or the parent's when < 0). None for a rank
     outside `ranks`."""

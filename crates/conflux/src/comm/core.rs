@@ -25,7 +25,7 @@ use crate::algo::select::{Model, ModelSource, Topo};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::trace::writer::{LaneTrace, Tracer};
-use crate::transport::wait::{Waiter, Watch};
+use crate::transport::wait::{abort_reason, Waiter, Watch};
 use crate::transport::{CallBoard, Transport};
 
 /// How urgently an operation should run relative to others of its communicator.
@@ -194,6 +194,7 @@ impl Core {
                     (built.transport, built.local_ranks, built.topo)
                 }
             };
+            transport.waiter.live.scope = Arc::from(prefix.as_str());
             if lane == 0 {
                 board = transport.call_board();
                 transport.give_way = Some(high_busy.clone());
@@ -255,11 +256,12 @@ impl Core {
 
     pub fn abort(&self) {
         if !self.abort.swap(true, Ordering::SeqCst) {
-            // The peers must not wait for this rank to their deadline. The store's failure
-            // events are not per communicator: every communicator with this rank fails, as it
-            // does when the rank dies.
+            // The peers must not wait for this rank to their deadline. The store tells every
+            // communicator of this rank; the report names this one, and only it fails (a
+            // group's own abort, or torch aborting the groups a shrink_group left behind, must
+            // not fail the others).
             let me = self.world[self.rank];
-            self.session.report(me, &format!("aborted by rank {me}"));
+            self.session.report(me, &abort_reason(me, &self.prefix));
         }
         // An engine may be asleep on its doorbell or its sockets.
         for lane in &self.lanes {

@@ -166,8 +166,8 @@ impl Engine {
     }
 
     /// Queues `job` (`what`, for the flight recorder) to run on the engine thread after
-    /// everything issued before it.
-    pub fn submit(&self, what: String, job: Job) {
+    /// everything issued before it; returns its ticket.
+    pub fn submit(&self, what: String, job: Job) -> u64 {
         let mut q = lock(&self.queue);
         let t = q.issued;
         q.issued += 1;
@@ -178,6 +178,7 @@ impl Engine {
             // It drives posted transfers and may sleep inside the transport until they move.
             self.waker.wake();
         }
+        t
     }
 
     /// Runs `f` on this thread after everything issued before it.
@@ -201,23 +202,27 @@ impl Engine {
     /// the engine thread (posting a send or receive: two wake-ups on an oversubscribed host
     /// cost tens of microseconds), else queues it as `submit` does. Either way the engine
     /// thread drives whatever posted transfers the job leaves unfinished.
-    pub fn run_now_or_submit(&self, what: String, job: Job) {
-        if let Err(f) = self.run_here_if_idle(move |t, _| job(t)) {
-            self.submit(what, Box::new(move |t| f(t, 0)));
+    /// Returns the job's ticket when it was queued, None when it ran here.
+    pub fn run_now_or_submit(&self, what: String, job: Job) -> Option<u64> {
+        match self.run_here_if_idle(move |t, _| job(t)) {
+            Ok(()) => None,
+            Err(f) => Some(self.submit(what, Box::new(move |t| f(t, 0)))),
         }
     }
 
-    /// Runs queued jobs on this thread, in ticket order, until `done()` holds, while the next
-    /// operation due is a queued job and the transport is free: a caller that waits right
-    /// after issuing (torch's `async_op=True` then `wait()`, a pipeline stage's isend/irecv
-    /// then wait) runs its own operation instead of waking the engine thread and being woken
-    /// back, two wake-ups that cost tens of microseconds on an oversubscribed host. Stops at
-    /// an inline operation's turn (its caller runs it) and leaves the rest to the engine
-    /// thread, which finds the queue moved on when it wakes.
-    pub fn help_until(&self, done: impl Fn() -> bool) {
+    /// Runs queued jobs on this thread, in ticket order, up to and including ticket `mine`,
+    /// until `done()` holds, while the next operation due is a queued job and the transport
+    /// is free: a caller that waits right after issuing (torch's `async_op=True` then
+    /// `wait()`, a pipeline stage's isend/irecv then wait) runs its own operation instead of
+    /// waking the engine thread and being woken back, two wake-ups that cost tens of
+    /// microseconds on an oversubscribed host. Never a later ticket: one issued after the
+    /// awaited operation may need a peer that first needs this wait to return. Stops at an
+    /// inline operation's turn (its caller runs it) and leaves the rest to the engine thread,
+    /// which finds the queue moved on when it wakes.
+    pub fn help_until(&self, mine: u64, done: impl Fn() -> bool) {
         while !done() {
             let mut q = lock(&self.queue);
-            if !q.job_is_next() {
+            if !q.job_is_next() || q.jobs.front().is_some_and(|(t, _)| *t > mine) {
                 return;
             }
             let mut t = match self.transport.try_lock() {
@@ -345,13 +350,18 @@ impl Drop for TicketDone<'_> {
     }
 }
 
+/// A Work's ticket when its operation was not queued (it ran on the issuing thread).
+const RAN_AT_ISSUE: u64 = u64::MAX;
+
 /// The completion of one asynchronous operation, carrying its result.
 pub struct Work<T> {
     state: Slot<T>,
     what: String,
-    /// The engine that runs the operation, so that `wait` can run it (`Engine::help_until`),
-    /// or drive a posted send or receive (`Engine::drive_until`), on the waiting thread.
-    driver: Option<Weak<Engine>>,
+    /// The engine that runs the operation and its ticket there (`RAN_AT_ISSUE`: none), so
+    /// that `wait` can run it (`Engine::help_until`), or drive a posted send or receive
+    /// (`Engine::drive_until`), on the waiting thread. A plain u64, not an Option: the handle
+    /// stays small enough to travel in `wait_timeout`'s error.
+    driver: Option<(Weak<Engine>, u64)>,
     /// A traced operation's tracer, number there and issue time: the caller's waits are
     /// recorded. Boxed: untraced, a Work stays small.
     trace: Option<Box<Traced>>,
@@ -408,10 +418,10 @@ impl<T> Work<T> {
         (Work { state: state.clone(), what, driver: None, trace: None }, Completer(Some(state)))
     }
 
-    /// Lets `wait` run the operation, or drive the transfer, on `engine`'s transport itself
-    /// (see `Engine::help_until`, `Engine::drive_until`).
-    pub(crate) fn driven_by(mut self, engine: &Arc<Engine>) -> Work<T> {
-        self.driver = Some(Arc::downgrade(engine));
+    /// Lets `wait` run the operation (queued with `ticket`), or drive the transfer, on
+    /// `engine`'s transport itself (see `Engine::help_until`, `Engine::drive_until`).
+    pub(crate) fn driven_by(mut self, engine: &Arc<Engine>, ticket: Option<u64>) -> Work<T> {
+        self.driver = Some((Arc::downgrade(engine), ticket.unwrap_or(RAN_AT_ISSUE)));
         self
     }
 
@@ -439,7 +449,8 @@ impl<T> Work<T> {
     /// A handle that runs this operation on a thread that waits for it elsewhere (a C++
     /// backend's own Work objects), as `wait` does; None for one already settled at issue.
     pub fn helper(&self) -> Option<Helper> {
-        self.driver.clone().map(Helper)
+        let queued = |t: u64| (t != RAN_AT_ISSUE).then_some(t);
+        self.driver.as_ref().map(|(engine, ticket)| Helper { engine: engine.clone(), ticket: queued(*ticket) })
     }
 
     /// What the operation is, as errors name it.
@@ -471,9 +482,8 @@ impl<T> Work<T> {
     /// Waits for the operation and returns its result. The operation's own deadline bounds this.
     pub fn wait(self) -> Result<T> {
         let _wait = WaitTrace::begin(&self.trace, self.trace.is_some() && self.is_completed());
-        if let Some(engine) = self.driver.as_ref().filter(|_| !self.is_completed()).and_then(Weak::upgrade) {
-            engine.help_until(|| self.is_completed());
-            engine.drive_until(|| self.is_completed());
+        if let Some(h) = self.helper().filter(|_| !self.is_completed()) {
+            h.help_until(|| self.is_completed());
         }
         let (m, cv) = &*self.state;
         let mut g = lock(m);
@@ -511,14 +521,20 @@ impl<T> Work<T> {
 
 /// Runs an issued operation on the thread that waits for it (see [`Work::helper`]). Holds
 /// the engine weakly: once the communicator is gone, it does nothing.
-pub struct Helper(Weak<Engine>);
+pub struct Helper {
+    engine: Weak<Engine>,
+    /// The operation's ticket, if it was queued.
+    ticket: Option<u64>,
+}
 
 impl Helper {
     /// Until `done()`: runs the queued operations up to the awaited one on this thread, then
     /// drives posted sends and receives, as [`Work::wait`] does before it sleeps.
     pub fn help_until(&self, done: impl Fn() -> bool) {
-        if let Some(engine) = self.0.upgrade() {
-            engine.help_until(&done);
+        if let Some(engine) = self.engine.upgrade() {
+            if let Some(mine) = self.ticket {
+                engine.help_until(mine, &done);
+            }
             engine.drive_until(done);
         }
     }

@@ -312,15 +312,14 @@ impl Communicator {
         // Not the core itself: a job holding the last reference would tear the communicator
         // down on its own engine thread, which then waits for itself (and says no goodbye).
         let busy = HighBusy::counter(&self.core, self.lane);
-        let work = work.driven_by(&self.lane().engine);
-        self.lane().engine.submit(
+        let ticket = self.lane().engine.submit(
             what,
             Box::new(move |t| {
                 let _busy = HighBusy::new(busy);
                 done.complete(job(t, &plan))
             }),
         );
-        work
+        work.driven_by(&self.lane().engine, Some(ticket))
     }
 
     // ---- all_reduce -------------------------------------------------------------------------
@@ -583,14 +582,14 @@ impl Communicator {
         let deadline = Instant::now() + self.timeout();
         let (work, trace) = self.posted_trace(work, false, &buf);
         let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, peer| (b, peer), trace });
-        self.lane().engine.submit(
+        let ticket = self.lane().engine.submit(
             what,
             Box::new(move |t| {
                 let peers = t.t.peers();
                 t.post(Posted::recv_any(peers, u64::from(tag), deadline, posted))
             }),
         );
-        work
+        work.driven_by(&self.lane().engine, Some(ticket))
     }
 
     fn check_peer_count(&self) -> Result<()> {
@@ -602,7 +601,6 @@ impl Communicator {
 
     fn post<B: Buffer>(&self, what: String, buf: B, peer: usize, tag: u32, send: bool) -> Work<B> {
         let (work, done) = Work::new(what.clone());
-        let work = work.driven_by(&self.lane().engine);
         if let Err(e) = self.usable().and_then(|_| self.check_peer(peer)) {
             done.complete(Err(e));
             return work;
@@ -610,11 +608,11 @@ impl Communicator {
         let deadline = Instant::now() + self.timeout();
         let (work, trace) = self.posted_trace(work, send, &buf);
         let posted = Box::new(PostedOwned { buf, done, what: what.clone(), make: |b, _| b, trace });
-        self.lane().engine.run_now_or_submit(
+        let ticket = self.lane().engine.run_now_or_submit(
             what,
             Box::new(move |t| t.post(Posted::new(peer, u64::from(tag), send, deadline, posted))),
         );
-        work
+        work.driven_by(&self.lane().engine, ticket)
     }
 
     /// A traced communicator's record of a send or receive about to be posted, and its handle

@@ -32,7 +32,9 @@ impl Communicator {
     /// `shrink` that also leaves out `excluded` (ranks of this communicator), alive or not, as
     /// torch's `shrink_group` and ncclCommShrink do: the excluded ranks do not call, every
     /// other surviving rank does, with the same list (checked: a caller with another list
-    /// fails the shrink on every rank that sees it).
+    /// fails the shrink on every rank that sees it). Shrinks are numbered per rank, so a rank
+    /// left out of one cannot join a later shrink of this same communicator (its number is
+    /// behind): the others go on with the communicator they made, as torch does.
     pub fn shrink_without(&self, excluded: &[usize]) -> Result<Communicator> {
         let mut excluded = excluded.to_vec();
         excluded.sort_unstable();

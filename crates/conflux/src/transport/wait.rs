@@ -31,6 +31,8 @@ use rustix::thread::futex;
 mod explain;
 mod liveness;
 
+pub(crate) use liveness::abort_reason;
+
 use super::shm::Segment;
 use super::{board, LinkError};
 use crate::call::{Calls, Fingerprint};
@@ -167,6 +169,7 @@ impl Waiter {
             me,
             on_host: seg_ranks.clone(),
             ignored: Vec::new(),
+            scope: Arc::from(""),
             exited_seen: Vec::new(),
             left: Vec::new(),
             clues: Vec::new(),

@@ -134,6 +134,9 @@ impl Window {
         loop {
             buf[..self.partial_len].copy_from_slice(&self.partial[..self.partial_len]);
             match self.ctl.read(&mut buf[self.partial_len..]) {
+                // The peer ended its control stream: fatal only if the credits read so far
+                // leave no room (else the data stream reports the end when it matters).
+                Ok(0) if self.free() > 0 => return Ok(()),
                 Ok(0) => {
                     return Err(LinkError::PeerGone {
                         peer,

@@ -37,6 +37,9 @@ pub(crate) struct Liveness {
     /// Global ranks whose failures are not this communicator's: the ones a shrink left out,
     /// which the store's history still reports.
     pub ignored: Vec<usize>,
+    /// The communicator's name in the store (its prefix): an abort fails only the communicator
+    /// it was made on (`abort_reason`), whatever else its rank belongs to.
+    pub scope: Arc<str>,
     /// Awaited peers whose exit was seen once; seen again while still awaited, they failed.
     pub(super) exited_seen: Vec<usize>,
     /// Peers (this communicator's ranks) whose process said goodbye, and whether one was
@@ -46,6 +49,18 @@ pub(crate) struct Liveness {
     pub(super) clues: Vec<Clue>,
     /// The last error came from the store, which names root causes itself: nothing to explain.
     pub(super) from_store: bool,
+}
+
+/// What a rank that aborts communicator `scope` tells the others (through the store, whose
+/// failure events reach every communicator of that rank; only `scope`'s act on it).
+pub(crate) fn abort_reason(rank: usize, scope: &str) -> String {
+    format!("aborted by rank {rank} (communicator {scope})")
+}
+
+/// The communicator an abort's report names, or None for another failure.
+fn aborted_in(reason: &str) -> Option<&str> {
+    let rest = reason.strip_prefix("aborted by rank ")?;
+    rest.split_once(" (communicator ")?.1.strip_suffix(')')
 }
 
 impl Liveness {
@@ -125,7 +140,8 @@ impl Liveness {
                     // A rank that timed out waiting for this one blames it; but this rank is
                     // waiting too, and its own timeout, soon, will say for whom.
                     let waited_for = culprit == self.me && reason.starts_with("timed out");
-                    if outside || waited_for || self.ignored.contains(&culprit) {
+                    let elsewhere = aborted_in(&reason).is_some_and(|scope| scope != &*self.scope);
+                    if outside || waited_for || elsewhere || self.ignored.contains(&culprit) {
                         continue;
                     }
                     LinkError::Remote { culprit, reporter, reason }
@@ -157,5 +173,17 @@ impl Liveness {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{abort_reason, aborted_in};
+
+    #[test]
+    fn an_abort_names_its_communicator() {
+        assert_eq!(aborted_in(&abort_reason(3, "conflux/shrink0/c")), Some("conflux/shrink0/c"));
+        assert_eq!(aborted_in("timed out after 1.0s waiting for rank(s) [2]"), None);
+        assert_eq!(aborted_in("aborted by rank 3"), None);
     }
 }
