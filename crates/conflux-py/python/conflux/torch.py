@@ -109,8 +109,8 @@ def _shrink(comm, ranks_to_exclude, flags):
     """The C++ backend's `shrink` (torch's `dist.shrink_group`): the group's ranks not in
     `ranks_to_exclude`, renumbered in order, agreed on through the store (`Communicator.shrink`).
     SHRINK_ABORT needs nothing more: the shrink never waits on the old group's operations,
-    which fail on their own once a rank they wait for is gone (aborting the old group would
-    tell every rank, the new group's too, that this one failed)."""
+    which fail on their own once a rank they wait for is gone (torch then aborts the job's
+    other groups itself, which fails only those)."""
     del flags
     small = comm.shrink(list(ranks_to_exclude))
     return _cpp().ConfluxBackend(small, small.rank, small.size)
