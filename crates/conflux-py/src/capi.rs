@@ -204,17 +204,10 @@ type Watched<T> = Arc<Mutex<Option<(conflux::Work<T>, Notify)>>>;
 /// Has `notify` told the outcome of `w` once it completes (at once if it has).
 fn watch<T: Send + 'static>(w: conflux::Work<T>, source: fn(&T) -> Option<usize>, notify: Notify) {
     // The C++ backend waits on its own Work objects, where conflux cannot see: it records
-    // those waits through the operation's tracker (`trace_waited`, `trace_elsewhere`).
-    if !notify.trace.is_null() {
-        let tracker = w.wait_tracker().map_or(std::ptr::null_mut(), |t| Box::into_raw(Box::new(t)).cast::<c_void>());
-        // SAFETY: a pointer to the caller's slot, valid for this call (conflux_c.h).
-        unsafe { notify.trace.write(tracker) };
-    }
-    if !notify.help.is_null() {
-        let helper = w.helper().map_or(std::ptr::null_mut(), |h| Box::into_raw(Box::new(h)).cast::<c_void>());
-        // SAFETY: a pointer to the caller's slot, valid for this call (conflux_c.h).
-        unsafe { notify.help.write(helper) };
-    }
+    // those waits through the operation's tracker (`trace_waited`, `trace_elsewhere`), and
+    // runs the operation itself through its helper (`help`).
+    hand_out(notify.trace, || w.wait_tracker());
+    hand_out(notify.help, || w.helper());
     let slot: Watched<T> = Arc::new(Mutex::new(None));
     let again = slot.clone();
     w.on_complete(move || fire(&again, source));
@@ -228,6 +221,16 @@ fn watch<T: Send + 'static>(w: conflux::Work<T>, source: fn(&T) -> Option<usize>
     if completed {
         fire(&slot, source);
     }
+}
+
+/// Writes a boxed `make()` (null for None) into the caller's `slot`, unless it passed none.
+fn hand_out<H>(slot: *mut *mut c_void, make: impl FnOnce() -> Option<H>) {
+    if slot.is_null() {
+        return;
+    }
+    let handle = make().map_or(std::ptr::null_mut(), |h| Box::into_raw(Box::new(h)).cast::<c_void>());
+    // SAFETY: a non-null `slot` points at the caller's slot, valid for this call (conflux_c.h).
+    unsafe { slot.write(handle) };
 }
 
 /// Tells the outcome, if nobody has yet. Runs where the operation completed: its wait returns

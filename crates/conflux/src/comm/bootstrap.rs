@@ -239,7 +239,7 @@ pub(crate) fn build(
     }
     let bufsize = cfg.socket_buf_bytes.unwrap_or(cfg.tcp_chunk_bytes * cfg.tcp_inflight);
     let token = cfg.job_token.as_ref();
-    let window = cfg.tcp_chunk_bytes * cfg.tcp_inflight;
+    let window_bytes = cfg.tcp_chunk_bytes * cfg.tcp_inflight;
     for Connected { peer: p, data, control } in
         connect_mesh(&listener, &peers, rank, &|p| !shm_peer(p), token, deadline)?
     {
@@ -247,7 +247,7 @@ pub(crate) fn build(
             tune_socket(s, bufsize, cfg.traffic_class)
                 .map_err(|e| Error::setup(format!("socket options for rank {p}"), e))?;
         }
-        let window = Window::new(control, window).map_err(|e| Error::setup("non-blocking control socket", e))?;
+        let window = Window::new(control, window_bytes).map_err(|e| Error::setup("non-blocking control socket", e))?;
         let link = TcpLink::new(data, window, p, cfg.tcp_chunk_bytes, cfg.checksum)
             .map_err(|e| Error::setup("non-blocking socket", e))?;
         links[p] = Some(Link::tcp(link));

@@ -10,11 +10,13 @@
 //! No stall: the reader credits at least every `step = limit / 2` bytes, so once it has read
 //! everything, the sender's room is at least `limit - step > 0`. Half the window, not less:
 //! a credit is a small TCP send on its own, and at a quarter, all_to_all of 256 KiB-1 MiB at
-//! 2 ranks over loopback took 10-20% longer (9 alternating runs against the build before). Unread credit records stay few:
-//! the sender reads them whenever its room falls below a chunk, at least once per `limit - chunk`
-//! bytes written, so a few records (64 bytes) ever wait in the control socket, far below its
-//! buffer, and a credit write never finds it full in practice. If one did, the rest of the
-//! record goes out on this rank's next look for data from that peer.
+//! 2 ranks over loopback took 10-20% longer (9 alternating runs against the build before).
+//!
+//! Unread credit records stay few: the sender reads them whenever its room falls below a
+//! chunk, at least once per `limit - chunk` bytes written, so a few records (64 bytes) ever
+//! wait in the control socket, far below its buffer, and a credit write never finds it full
+//! in practice. If one did, the rest of the record goes out on this rank's next look for data
+//! from that peer.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
