@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::clock::CoarseClock;
 use super::planner::Planner;
 use super::recorder::{CallLog, Recorder};
 use crate::trace::writer::LaneTrace;
@@ -41,12 +42,14 @@ pub(crate) struct LaneState {
     pub staging: Vec<u8>,
     /// This lane's trace records, when the communicator is traced.
     pub trace: Option<LaneTrace>,
+    /// When each untraced call starts, cheaply (see clock.rs).
+    pub clock: CoarseClock,
 }
 
 impl LaneState {
     pub fn new(t: Transport, planner: Planner, recorder: Arc<Recorder>) -> LaneState {
         let calls = CallContext { seq: 0, log: CallLog::default(), recorder };
-        LaneState { t, calls, planner, staging: Vec::new(), trace: None }
+        LaneState { t, calls, planner, staging: Vec::new(), trace: None, clock: CoarseClock::new() }
     }
 
     /// See `CallContext::record_failure`.

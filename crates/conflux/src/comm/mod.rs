@@ -10,6 +10,7 @@
 mod bootstrap;
 mod buffer;
 mod calibrate;
+mod clock;
 mod core;
 mod engine;
 mod fusion;

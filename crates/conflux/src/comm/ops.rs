@@ -156,7 +156,9 @@ pub(crate) fn run(st: &mut LaneState, plan: &Plan, coll: Coll<'_>, dtype: DataTy
         Some(call) => Some(st.planner.pick(plan, call).map_err(invalid)?),
         None => None,
     };
-    let started = Instant::now();
+    // A traced call's times are compared in microseconds; others need a deadline and the
+    // flight recorder's start, to the millisecond.
+    let started = if st.trace.is_some() { Instant::now() } else { st.clock.now() };
     let mut step = Step { rank: plan.rank, size: plan.size, tag: 0, deadline: started + plan.timeout };
     let is_p2p = matches!(coll, Coll::Send { .. } | Coll::Recv { .. });
     let t = &mut st.t;
