@@ -578,11 +578,10 @@ fn scenario_leave(comm: Communicator, victim: usize, elems: usize, send: bool) -
 /// With a TCP window smaller than the message, the send cannot return before rank 1 reads.
 fn scenario_window(comm: Communicator, bytes: usize, delay_ms: u64) -> ExitCode {
     let r = comm.rank();
-    let pattern = |i: usize| (i as i32).wrapping_mul(-1_640_531_535).rotate_left(11);
     let n = bytes / 4;
     let result = match r {
         0 => {
-            let msg: Vec<i32> = (0..n).map(pattern).collect();
+            let msg = pattern(n, 11);
             let t = Instant::now();
             comm.send(&msg, 1, 5).map(|()| format!("SENT-IN {:.3}", t.elapsed().as_secs_f64()))
         }
@@ -590,7 +589,7 @@ fn scenario_window(comm: Communicator, bytes: usize, delay_ms: u64) -> ExitCode 
             std::thread::sleep(Duration::from_millis(delay_ms));
             let mut got = vec![0i32; n];
             comm.recv(&mut got, 0, 5).map(|()| {
-                let wrong = (0..n).filter(|&i| got[i] != pattern(i)).count();
+                let wrong = wrong_elements(&got, 11);
                 if wrong == 0 {
                     "RECEIVED-OK".to_string()
                 } else {
@@ -609,18 +608,17 @@ fn scenario_window(comm: Communicator, bytes: usize, delay_ms: u64) -> ExitCode 
 /// still receive all of them, exactly, and only then see rank 0 gone.
 fn scenario_send_and_leave(comm: Communicator, bytes: usize) -> ExitCode {
     let r = comm.rank();
-    let pattern = |i: usize| (i as i32).wrapping_mul(-1_640_531_535).rotate_left(7);
     let n = bytes / 4;
     let result = match r {
         0 => {
-            let msg: Vec<i32> = (0..n).map(pattern).collect();
+            let msg = pattern(n, 7);
             comm.send(&msg, 1, 7).and_then(|()| comm.shutdown()).map(|()| "sent and left".to_string())
         }
         1 => {
             let mut got = vec![0i32; n];
             let t = Instant::now();
             comm.recv(&mut got, 0, 7).map(|()| {
-                let wrong = (0..n).filter(|&i| got[i] != pattern(i)).count();
+                let wrong = wrong_elements(&got, 7);
                 let ok = if wrong == 0 { " LAST-BYTES-OK" } else { "" };
                 format!("received {bytes} B in {:.2}s, {wrong} wrong{ok}", t.elapsed().as_secs_f64())
             })
@@ -628,6 +626,17 @@ fn scenario_send_and_leave(comm: Communicator, bytes: usize) -> ExitCode {
         _ => Ok("idle".to_string()),
     };
     report(r, result)
+}
+
+/// `n` elements that differ from their neighbours and from other scenarios' (by `turn`), so
+/// that a byte lost, doubled or moved shows.
+fn pattern(n: usize, turn: u32) -> Vec<i32> {
+    (0..n).map(|i| (i as i32).wrapping_mul(-1_640_531_535).rotate_left(turn)).collect()
+}
+
+/// How many elements of `got` differ from `pattern(got.len(), turn)`.
+fn wrong_elements(got: &[i32], turn: u32) -> usize {
+    got.iter().zip(pattern(got.len(), turn)).filter(|(g, w)| *g != w).count()
 }
 
 /// Prints what rank `r` did, or how it failed, and exits accordingly.
