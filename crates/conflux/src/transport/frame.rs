@@ -87,10 +87,15 @@ impl Sink<'_> {
 
 /// A link's receive side as a stream of bytes.
 pub(crate) trait ByteSource {
-    /// Bytes of the header record (16 on TCP; 64 on shared memory, which keeps every payload aligned).
-    const HEADER_SPAN: usize;
+    /// Bytes a message of `len` payload bytes takes before its payload: the header, and on
+    /// shared memory the rest of its record when the payload does not fit there.
+    fn header_span(_len: usize) -> usize {
+        HEADER
+    }
     /// Padding after a payload of `len` bytes.
-    fn pad(len: usize) -> usize;
+    fn pad(_len: usize) -> usize {
+        0
+    }
     /// The bytes available now, reading more from the link when it has them (never blocks).
     /// Empty means nothing is available yet.
     fn available(&mut self) -> Result<&[u8], LinkError>;
@@ -152,11 +157,15 @@ impl RxState {
             match &mut self.progress {
                 RxProgress::BetweenMessages => {
                     let avail = src.available()?;
-                    if avail.len() < S::HEADER_SPAN {
+                    if avail.len() < HEADER {
                         return Ok(Advance { moved: progressed, done: false });
                     }
                     let (got_tag, len, theirs, crc) = decode_header(avail);
-                    src.consume(S::HEADER_SPAN);
+                    let span = S::header_span(len as usize);
+                    if avail.len() < span {
+                        return Ok(Advance { moved: progressed, done: false });
+                    }
+                    src.consume(span);
                     progressed = true;
                     if got_tag == tag {
                         self.check_call(peer, tag, theirs, calls.now.1)?;
@@ -296,7 +305,7 @@ impl RxState {
                 }
                 RxProgress::BetweenMessages => {
                     let avail = src.available()?;
-                    if avail.len() < S::HEADER_SPAN {
+                    if avail.len() < HEADER {
                         return Ok(false);
                     }
                     let (got_tag, len, theirs, crc) = decode_header(avail);
@@ -306,7 +315,11 @@ impl RxState {
                     if got_tag & COLL_BIT != 0 {
                         return Ok(false);
                     }
-                    src.consume(S::HEADER_SPAN);
+                    let span = S::header_span(len as usize);
+                    if avail.len() < span {
+                        return Ok(false);
+                    }
+                    src.consume(span);
                     self.progress = stashing(peer, got_tag, theirs, len, crc)?;
                 }
             }
@@ -390,10 +403,6 @@ pub(super) mod tests {
     }
 
     impl ByteSource for Trickle {
-        const HEADER_SPAN: usize = HEADER;
-        fn pad(_: usize) -> usize {
-            0
-        }
         fn available(&mut self) -> Result<&[u8], LinkError> {
             self.visible = (self.visible + self.step).min(self.bytes.len());
             Ok(&self.bytes[self.at..self.visible.max(self.at)])
@@ -505,10 +514,6 @@ pub(super) mod tests {
     struct ThenClosed(Trickle);
 
     impl ByteSource for ThenClosed {
-        const HEADER_SPAN: usize = HEADER;
-        fn pad(_: usize) -> usize {
-            0
-        }
         fn available(&mut self) -> Result<&[u8], LinkError> {
             let t = &mut self.0;
             if t.at == t.bytes.len() {

@@ -8,9 +8,12 @@
 //! store of `head`. After each publication the writer rings the other side's doorbell
 //! (`wait.rs`), so that a sleeping peer wakes.
 //!
-//! Framing. A header occupies a 64-byte record and every payload is padded to a multiple of
-//! 64 bytes. The sender only ever advances `tail` by multiples of 64, so every payload starts
-//! 64-aligned in the ring, and no element (at most 8 bytes) straddles the wrap-around: a
+//! Framing. The ring is cut into 64-byte records, and the sender only ever advances `tail` by
+//! whole records. A payload of up to 32 bytes rides in its header's record, after the 32-byte
+//! header: the whole message is one cache line crossing cores, as in Open MPI's shared-memory
+//! "fast boxes" (two lines before, which cost an 8-byte broadcast a quarter of its time). A
+//! longer payload starts at the next record and is padded to a whole record. Either way every
+//! payload starts 32-aligned, and no element (at most 8 bytes) straddles the wrap-around: a
 //! receiver can reduce straight out of the ring, without a copy.
 
 use std::sync::atomic::Ordering;
@@ -23,6 +26,8 @@ use super::Advance;
 use crate::call::Fingerprint;
 
 const RECORD: usize = 64;
+/// The longest payload that rides in its header's record.
+const INLINE: usize = RECORD - HEADER;
 
 fn round_up(x: usize) -> usize {
     x.div_ceil(RECORD) * RECORD
@@ -104,7 +109,12 @@ impl ShmTx {
             let at = self.data_off + (self.tail % cap) as usize;
             // SAFETY: the RECORD bytes at our tail are free ring space (checked above), which
             // only the sender touches until it publishes them.
-            unsafe { self.seg.bytes_mut(at, HEADER) }.copy_from_slice(&encode_header(tag, data.len(), call));
+            let record = unsafe { self.seg.bytes_mut(at, RECORD) };
+            record[..HEADER].copy_from_slice(&encode_header(tag, data.len(), call));
+            if data.len() <= INLINE {
+                record[HEADER..HEADER + data.len()].copy_from_slice(data);
+                st.done = data.len();
+            }
             st.header_done = true;
             claimed = RECORD;
             progressed = true;
@@ -165,10 +175,20 @@ impl ShmRx {
 }
 
 impl ByteSource for ShmRx {
-    const HEADER_SPAN: usize = RECORD;
+    fn header_span(len: usize) -> usize {
+        if len <= INLINE {
+            HEADER
+        } else {
+            RECORD
+        }
+    }
 
     fn pad(len: usize) -> usize {
-        round_up(len) - len
+        if len <= INLINE {
+            INLINE - len
+        } else {
+            round_up(len) - len
+        }
     }
 
     fn available(&mut self) -> Result<&[u8], super::LinkError> {
@@ -237,6 +257,13 @@ mod tests {
             // A reducing receiver started from zeros, so its sum is the data itself.
             assert_eq!(got, data, "message {m}");
         }
+    }
+
+    #[test]
+    fn short_payloads_ride_in_their_header_record() {
+        // Around the inline limit, copied and reduced, with room for only a few records.
+        pass(&[0, 4, 8, 28, 32, 36, 60, 64, 68, 0, 32, 36], 4096, false);
+        pass(&[0, 4, 8, 28, 32, 36, 60, 64, 68, 0, 32, 36], 8, true);
     }
 
     proptest! {

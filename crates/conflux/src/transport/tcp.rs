@@ -146,12 +146,6 @@ impl TcpLink {
 }
 
 impl ByteSource for TcpLink {
-    const HEADER_SPAN: usize = HEADER;
-
-    fn pad(_len: usize) -> usize {
-        0
-    }
-
     fn available(&mut self) -> Result<&[u8], LinkError> {
         // Read only when we hold less than a header's worth of small records: callers always
         // take all they can, so what stays behind is a partial header or a partial element.
