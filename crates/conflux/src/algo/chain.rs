@@ -5,6 +5,8 @@
 //! - broadcast: from the root towards root + 1, root + 2, ...
 //! - reduce: from root - 1 (the far end) back to the root, each rank adding its own part.
 
+use smallvec::SmallVec;
+
 use super::{split2, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
@@ -62,7 +64,7 @@ fn pipeline(
         let (send_r, recv_r) = (send.map(range), recv.map(range));
         let empty = 0..0;
         let (out, into) = split2(buf, send_r.as_ref().unwrap_or(&empty), recv_r.as_ref().unwrap_or(&empty));
-        let mut xfers = Vec::with_capacity(2);
+        let mut xfers: SmallVec<[Xfer<'_>; 2]> = SmallVec::new();
         if send.is_some() {
             xfers.push(Xfer::Send { peer: to, tag: s.tag, data: out });
         }

@@ -1,11 +1,14 @@
 //! A call's buffers, as the algorithms take them: bytes, in the in-place form every
 //! schedule works on. The communicator layer builds one per call (`comm/ops.rs`).
 
-use std::ops::Range;
-
+use super::Blocks;
 use crate::dtype::ReduceOp;
 
 /// A call's buffers, as bytes, in the in-place form every algorithm works on.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per call, built on the caller's stack and moved once: all_to_all's blocks on the stack save two allocations a call"
+)]
 pub(crate) enum Coll<'a> {
     /// `out` is one buffer in consecutive pieces (several for coalesced calls); `input`, if
     /// given, is a separate source for a single piece.
@@ -42,9 +45,9 @@ pub(crate) enum Coll<'a> {
     /// choose the same algorithm.
     AllToAll {
         send: &'a [u8],
-        send_blocks: Vec<Range<usize>>,
+        send_blocks: Blocks,
         recv: &'a mut [u8],
-        recv_blocks: Vec<Range<usize>>,
+        recv_blocks: Blocks,
         even: bool,
     },
     Send {

@@ -15,7 +15,7 @@
 use std::ops::Range;
 
 use super::moves::{run_step, Move};
-use super::{even_blocks, ring, Circle, Ctx};
+use super::{even_blocks, ring, Blocks, Circle, Ctx};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::LinkError;
 
@@ -31,9 +31,8 @@ pub(crate) fn plan(nodes: &[Vec<usize>], rank: usize, len: usize, esize: usize) 
     let cross: Vec<usize> = nodes.iter().map(|nd| nd[local]).collect();
     let (within, across) = (Circle::among(locals, rank), Circle::among(&cross, rank));
     let segments = (len / SEGMENT).clamp(1, 16);
-    let shifted = |b: Vec<Range<usize>>, by: usize| -> Vec<Range<usize>> {
-        b.into_iter().map(|r| r.start + by..r.end + by).collect()
-    };
+    let shifted =
+        |b: Blocks, by: usize| -> Vec<Range<usize>> { b.into_iter().map(|r| r.start + by..r.end + by).collect() };
     even_blocks(len / esize, segments, esize)
         .into_iter()
         .map(|seg| {

@@ -94,14 +94,18 @@ impl Step {
     }
 }
 
+/// A call's byte ranges, one per rank (or segment): on the stack up to 8, since a list on the
+/// heap per call was a measurable share of an 8-byte collective.
+pub(crate) type Blocks = smallvec::SmallVec<[Range<usize>; 8]>;
+
 /// Splits `count` elements of `esize` bytes into `parts` contiguous byte ranges whose element
 /// counts differ by at most one.
-pub(crate) fn even_blocks(count: usize, parts: usize, esize: usize) -> Vec<Range<usize>> {
+pub(crate) fn even_blocks(count: usize, parts: usize, esize: usize) -> Blocks {
     (0..parts).map(|k| (count * k / parts) * esize..(count * (k + 1) / parts) * esize).collect()
 }
 
 /// Ranges of consecutive blocks of the given byte lengths.
-pub(crate) fn blocks_of(lens: impl IntoIterator<Item = usize>) -> Vec<Range<usize>> {
+pub(crate) fn blocks_of(lens: impl IntoIterator<Item = usize>) -> Blocks {
     let mut at = 0;
     lens.into_iter()
         .map(|n| {

@@ -11,6 +11,8 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use super::{carve, split2, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::reduce;
@@ -80,7 +82,7 @@ pub(crate) fn broadcast(t: &mut Transport, s: &Step, buf: &mut [u8], root: usize
         }
         mask <<= 1;
     }
-    let mut sends = Vec::new();
+    let mut sends: SmallVec<[Xfer<'_>; 8]> = SmallVec::new();
     mask >>= 1;
     while mask > 0 {
         if vr + mask < n {

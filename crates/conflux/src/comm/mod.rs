@@ -40,7 +40,7 @@ pub use status::RankStatus;
 
 use self::core::{Core, HighBusy, Lane};
 use crate::algo::coll::Coll;
-use crate::algo::{select, Algo, OpKind};
+use crate::algo::{select, Algo, Blocks, OpKind};
 use crate::config::{Config, Options};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
@@ -49,6 +49,7 @@ use engine::Completer;
 use lane::LaneState;
 use ops::Plan;
 use session::Session;
+use smallvec::SmallVec;
 use traced::{Issue, PostedTrace};
 
 /// Explicit construction: rank, size, store address and options.
@@ -501,12 +502,12 @@ impl Communicator {
         })
     }
 
-    fn equal_counts(&self, what: &str, send: usize, recv: usize) -> Result<Vec<usize>> {
+    fn equal_counts(&self, what: &str, send: usize, recv: usize) -> Result<SmallVec<[usize; 8]>> {
         if send != recv {
             return Err(invalid(format!("{what}: send has {send} elements, recv {recv}")));
         }
         self.check_divisible(what, send)?;
-        Ok(vec![send / self.size(); self.size()])
+        Ok(smallvec::smallvec![send / self.size(); self.size()])
     }
 
     #[allow(clippy::type_complexity)]
@@ -516,7 +517,7 @@ impl Communicator {
         send_counts: &[usize],
         recv_len: usize,
         recv_counts: &[usize],
-    ) -> Result<(Vec<std::ops::Range<usize>>, Vec<std::ops::Range<usize>>)> {
+    ) -> Result<(Blocks, Blocks)> {
         let n = self.size();
         for (name, counts, len) in [("send", send_counts, send_len), ("recv", recv_counts, recv_len)] {
             if counts.len() != n {

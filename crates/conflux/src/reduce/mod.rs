@@ -44,7 +44,8 @@ pub fn reduce_many_with_dst(dtype: DataType, op: ReduceOp, dst: &mut [u8], at: u
 fn trimmed(dtype: DataType, op: ReduceOp, dst: &mut [u8], dst_at: Option<usize>, srcs: &[&[u8]]) {
     let n = srcs.iter().map(|s| s.len()).fold(dst.len(), usize::min);
     let n = n - n % dtype.size();
-    let srcs: Vec<&[u8]> = srcs.iter().map(|s| &s[..n]).collect();
+    // On the stack for the usual handful of ranks: this runs once per small all_reduce.
+    let srcs: smallvec::SmallVec<[&[u8]; 8]> = srcs.iter().map(|s| &s[..n]).collect();
     run(dtype, op, &mut dst[..n], dst_at, &srcs);
 }
 

@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
+
 use crate::call::{Calls, Fingerprint};
 pub use board::CallBoard;
 use frame::RxState;
@@ -367,7 +369,7 @@ impl Transport {
                 return Err(LinkError::Io { peer: p, detail: "no link to this rank".into() });
             }
         }
-        let mut st = vec![XState::default(); xfers.len()];
+        let mut st: SmallVec<[XState; 8]> = smallvec::smallvec![XState::default(); xfers.len()];
         let mut idle = Idle::default();
         loop {
             let mut progressed = self.progress_posted()?;
@@ -400,10 +402,10 @@ impl Transport {
                 self.give_way();
                 continue;
             }
-            let (links, posted) = (&self.links, &self.posted);
-            let open = (0..xfers.len()).filter(|&i| !st[i].done).map(|i| (xfers[i].peer(), xfers[i].is_send(), true));
-            let open: Vec<(usize, bool, bool)> = open.collect();
-            idle.wait(&mut self.waiter, deadline, || interests(links, open.into_iter().chain(posted.interests())))?;
+            let (links, posted, xfers, st) = (&self.links, &self.posted, &*xfers, &st);
+            let open =
+                move || (0..xfers.len()).filter(|&i| !st[i].done).map(|i| (xfers[i].peer(), xfers[i].is_send(), true));
+            idle.wait(&mut self.waiter, deadline, || interests(links, open().chain(posted.interests())))?;
         }
     }
 

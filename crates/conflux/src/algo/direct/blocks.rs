@@ -18,6 +18,7 @@
 use std::ops::Range;
 
 use super::{placement, reduce_whole};
+use crate::algo::even_blocks;
 use crate::algo::Ctx;
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::rounds::Via;
@@ -75,7 +76,7 @@ pub(crate) fn reduce_scatter(
 /// comes from rank k. This rank's own block is the caller's to copy.
 pub(crate) fn all_to_all(cx: &mut Ctx<'_>, send: &[u8], recv: &mut [u8], block: usize) -> Result<(), LinkError> {
     let s = cx.s;
-    let blocks: Vec<Range<usize>> = (0..s.size).map(|k| k * block..(k + 1) * block).collect();
+    let blocks = even_blocks(block * s.size, s.size, 1);
     let own = s.rank * block;
     // Bytes are only copied, so a window may end anywhere: an element size of 1.
     transposed(cx, Some(send), recv, &blocks, 1, |recv, w, parts| {
