@@ -234,6 +234,17 @@ impl Transport {
         }
     }
 
+    /// Lets every shared-memory sender see all the space this rank has freed in its ring
+    /// (published lazily, `ring.rs`): called before this rank waits, so that no wait of
+    /// another rank can depend on space this one freed.
+    fn flush_heads(&mut self) {
+        for link in self.links.iter_mut().flatten() {
+            if let Wire::Shm { rx, .. } = &mut link.wire {
+                rx.flush();
+            }
+        }
+    }
+
     /// Runs one step: progresses every transfer until all are done, the deadline passes, a peer
     /// fails, or the communicator is aborted. Transfers to or from one peer in one direction
     /// complete in the order given.
@@ -338,6 +349,7 @@ impl Transport {
                 idle.progressed(&self.waiter);
                 return;
             }
+            self.flush_heads();
             let (links, posted) = (&self.links, &self.posted);
             match idle.wait(&mut self.waiter, end, || interests(links, posted.interests())) {
                 Ok(()) => {}
@@ -402,6 +414,7 @@ impl Transport {
                 self.give_way();
                 continue;
             }
+            self.flush_heads();
             let (links, posted, xfers, st) = (&self.links, &self.posted, &*xfers, &st);
             let open =
                 move || (0..xfers.len()).filter(|&i| !st[i].done).map(|i| (xfers[i].peer(), xfers[i].is_send(), true));
@@ -429,6 +442,7 @@ impl Transport {
             }
             std::hint::spin_loop();
         }
+        self.flush_heads();
         let mut idle = Idle::default();
         let r = loop {
             if ready() {

@@ -8,6 +8,14 @@
 //! store of `head`. After each publication the writer rings the other side's doorbell
 //! (`wait.rs`), so that a sleeping peer wakes.
 //!
+//! The receiver publishes `head` lazily: once an eighth of the ring is freed, whenever it finds
+//! nothing more to read, and before its rank waits for anything (`Transport::flush_heads`).
+//! Published per message, `head` was a line crossing cores on every small message, both ways:
+//! the receiver's store had to take it back from the sender, which reloads it while the ring
+//! is over half full — always, when a broadcast's root runs ahead. Space a receiver freed but
+//! has not published is thus at most an eighth of the ring, and only while its rank is busy
+//! elsewhere, never while it waits: no wait can depend on it.
+//!
 //! Framing. The ring is cut into 64-byte records, and the sender only ever advances `tail` by
 //! whole records. A payload of up to 32 bytes rides in its header's record, after the 32-byte
 //! header: the whole message is one cache line crossing cores, as in Open MPI's shared-memory
@@ -154,6 +162,8 @@ pub(crate) struct ShmRx {
     data_off: usize,
     /// Our own head (only we write it).
     head: u64,
+    /// The head the sender can see.
+    published: u64,
     /// The last tail we loaded.
     tail_seen: u64,
 }
@@ -169,7 +179,17 @@ impl ShmRx {
             seg,
             from,
             head,
+            published: head,
             tail_seen: head,
+        }
+    }
+
+    /// Publishes the space freed so far, if the sender cannot see all of it yet.
+    pub fn flush(&mut self) {
+        if self.published != self.head {
+            self.published = self.head;
+            self.seg.u64_at(self.head_off).store(self.head, Ordering::Release);
+            ring_doorbell(&self.seg, self.from);
         }
     }
 }
@@ -194,6 +214,9 @@ impl ByteSource for ShmRx {
     fn available(&mut self) -> Result<&[u8], super::LinkError> {
         if self.tail_seen == self.head {
             self.tail_seen = self.seg.u64_at(self.tail_off).load(Ordering::Acquire);
+            if self.tail_seen == self.head {
+                self.flush();
+            }
         }
         let cap = self.seg.layout.ring_cap as u64;
         let to_end = cap - self.head % cap;
@@ -210,8 +233,9 @@ impl ByteSource for ShmRx {
             return;
         }
         self.head += n as u64;
-        self.seg.u64_at(self.head_off).store(self.head, Ordering::Release);
-        ring_doorbell(&self.seg, self.from);
+        if self.head - self.published >= (self.seg.layout.ring_cap / 8) as u64 {
+            self.flush();
+        }
     }
 }
 
