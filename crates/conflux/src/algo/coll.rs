@@ -1,14 +1,11 @@
 //! A call's buffers, as the algorithms take them: bytes, in the in-place form every
 //! schedule works on. The communicator layer builds one per call (`comm/ops.rs`).
 
-use super::Blocks;
+use std::ops::Range;
+
 use crate::dtype::ReduceOp;
 
 /// A call's buffers, as bytes, in the in-place form every algorithm works on.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "one per call, built on the caller's stack and moved once: all_to_all's blocks on the stack save two allocations a call"
-)]
 pub(crate) enum Coll<'a> {
     /// `out` is one buffer in consecutive pieces (several for coalesced calls); `input`, if
     /// given, is a separate source for a single piece.
@@ -40,15 +37,13 @@ pub(crate) enum Coll<'a> {
         buf: &'a mut [u8],
         op: ReduceOp,
     },
-    /// `even`: called as all_to_all, whose blocks are equal on every rank. all_to_all_v is
-    /// never even, whatever this rank's counts: another rank's may differ, and every rank must
-    /// choose the same algorithm.
+    /// `uneven`: all_to_all_v's blocks; without them (all_to_all) both buffers are in equal
+    /// blocks, one per rank. all_to_all_v is never even, whatever this rank's counts: another
+    /// rank's may differ, and every rank must choose the same algorithm.
     AllToAll {
         send: &'a [u8],
-        send_blocks: Blocks,
         recv: &'a mut [u8],
-        recv_blocks: Blocks,
-        even: bool,
+        uneven: Option<VBlocks>,
     },
     Send {
         data: &'a [u8],
@@ -61,4 +56,10 @@ pub(crate) enum Coll<'a> {
         tag: u32,
     },
     Barrier,
+}
+
+/// all_to_all_v's byte ranges, by rank: what this rank sends each one, what it receives from each.
+pub(crate) struct VBlocks {
+    pub send: Vec<Range<usize>>,
+    pub recv: Vec<Range<usize>>,
 }

@@ -13,7 +13,7 @@ use std::ops::Range;
 use super::coll::Coll;
 use super::forms::{finish_avg, on_reduce_buffer, on_scatter_buffer, ring_pieces};
 use super::{bruck, chain, direct, even_blocks, hier, ordered, pairwise, rabenseifner, rd, ring, sag, tree};
-use super::{Algo, Circle, Ctx, OpKind, Red};
+use super::{Algo, Blocks, Circle, Ctx, OpKind, Red};
 use crate::dtype::DataType;
 use crate::transport::LinkError;
 
@@ -166,7 +166,7 @@ fn own_block(cx: &Ctx<'_>, send: &[u8], sb: &[Range<usize>], recv: &mut [u8], rb
 
 fn direct_all_to_all(cx: &mut Ctx<'_>, send: &[u8], sb: &[Range<usize>], recv: &mut [u8], rb: &[Range<usize>]) -> R {
     own_block(cx, send, sb, recv, rb);
-    direct::blocks::all_to_all(cx, send, recv, sb[0].len())
+    direct::blocks::all_to_all(cx, send, recv, sb)
 }
 
 fn pairwise_all_to_all(cx: &mut Ctx<'_>, send: &[u8], sb: &[Range<usize>], recv: &mut [u8], rb: &[Range<usize>]) -> R {
@@ -239,11 +239,20 @@ pub(crate) fn run(cx: &mut Ctx<'_>, row: &Row, coll: &mut Coll<'_>, dtype: DataT
             };
             finish_avg(*op, dtype, mine, n);
         }
-        (Coll::AllToAll { send, send_blocks, recv, recv_blocks, .. }, Run::AllToAll(f)) => {
+        (Coll::AllToAll { send, recv, uneven }, Run::AllToAll(f)) => {
+            // Even: both buffers have the same length (checked by the caller), so one split.
+            let even: Blocks;
+            let (sb, rb) = match uneven {
+                Some(v) => (&v.send[..], &v.recv[..]),
+                None => {
+                    even = even_blocks(send.len() / esize, n, esize);
+                    (&even[..], &even[..])
+                }
+            };
             if n > 1 {
-                f(cx, send, send_blocks, recv, recv_blocks)?;
+                f(cx, send, sb, recv, rb)?;
             } else {
-                own_block(cx, send, send_blocks, recv, recv_blocks);
+                own_block(cx, send, sb, recv, rb);
             }
         }
         _ => unreachable!("rows are found by their operation"),

@@ -40,7 +40,8 @@ pub use status::RankStatus;
 
 use self::core::{Core, HighBusy, Lane};
 use crate::algo::coll::Coll;
-use crate::algo::{select, Algo, Blocks, OpKind};
+use crate::algo::coll::VBlocks;
+use crate::algo::{select, Algo, OpKind};
 use crate::config::{Config, Options};
 use crate::dtype::{DataType, Element, ReduceOp};
 use crate::error::{Error, Result};
@@ -49,7 +50,6 @@ use engine::Completer;
 use lane::LaneState;
 use ops::Plan;
 use session::Session;
-use smallvec::SmallVec;
 use traced::{Issue, PostedTrace};
 
 /// Explicit construction: rank, size, store address and options.
@@ -455,11 +455,11 @@ impl Communicator {
 
     /// Block p of `send` goes to rank p, which stores it as block `rank` of its `recv`.
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let counts = self.equal_counts("all_to_all", send.len(), recv.len())?;
-        let (sb, rb) = self.v_blocks::<T>(send.len(), &counts, recv.len(), &counts)?;
-        let coll =
-            Coll::AllToAll { send: bytes(send), send_blocks: sb, recv: bytes_mut(recv), recv_blocks: rb, even: true };
-        self.blocking(coll, T::DTYPE)
+        if send.len() != recv.len() {
+            return Err(invalid(format!("all_to_all: send has {} elements, recv {}", send.len(), recv.len())));
+        }
+        self.check_divisible("all_to_all", send.len())?;
+        self.blocking(Coll::AllToAll { send: bytes(send), recv: bytes_mut(recv), uneven: None }, T::DTYPE)
     }
 
     /// Uneven all_to_all: rank p gets `send_counts[p]` elements; `recv_counts[p]` come from rank p.
@@ -470,11 +470,8 @@ impl Communicator {
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<()> {
-        let (sb, rb) = self.v_blocks::<T>(send.len(), send_counts, recv.len(), recv_counts)?;
-        self.blocking(
-            Coll::AllToAll { send: bytes(send), send_blocks: sb, recv: bytes_mut(recv), recv_blocks: rb, even: false },
-            T::DTYPE,
-        )
+        let uneven = Some(self.v_blocks::<T>(send.len(), send_counts, recv.len(), recv_counts)?);
+        self.blocking(Coll::AllToAll { send: bytes(send), recv: bytes_mut(recv), uneven }, T::DTYPE)
     }
 
     /// Non-blocking all_to_all_v; both buffers come back through the handle.
@@ -489,35 +486,23 @@ impl Communicator {
         let (sl, rl) = (send.as_slice().len(), recv.as_slice().len());
         let blocks = self.v_blocks::<S::Elem>(sl, send_counts, rl, recv_counts);
         self.spawn(format!("all_to_all_v({dtype} x {sl})"), move |t, plan| {
-            let (sb, rb) = blocks?;
             let coll = Coll::AllToAll {
                 send: bytes(send.as_slice()),
-                send_blocks: sb,
                 recv: bytes_mut(recv.as_mut_slice()),
-                recv_blocks: rb,
-                even: false,
+                uneven: Some(blocks?),
             };
             ops::run(t, plan, coll, dtype)?;
             Ok((send, recv))
         })
     }
 
-    fn equal_counts(&self, what: &str, send: usize, recv: usize) -> Result<SmallVec<[usize; 8]>> {
-        if send != recv {
-            return Err(invalid(format!("{what}: send has {send} elements, recv {recv}")));
-        }
-        self.check_divisible(what, send)?;
-        Ok(smallvec::smallvec![send / self.size(); self.size()])
-    }
-
-    #[allow(clippy::type_complexity)]
     fn v_blocks<T: Element>(
         &self,
         send_len: usize,
         send_counts: &[usize],
         recv_len: usize,
         recv_counts: &[usize],
-    ) -> Result<(Blocks, Blocks)> {
+    ) -> Result<VBlocks> {
         let n = self.size();
         for (name, counts, len) in [("send", send_counts, send_len), ("recv", recv_counts, recv_len)] {
             if counts.len() != n {
@@ -536,10 +521,10 @@ impl Communicator {
             )));
         }
         let es = T::DTYPE.size();
-        Ok((
-            crate::algo::blocks_of(send_counts.iter().map(|c| c * es)),
-            crate::algo::blocks_of(recv_counts.iter().map(|c| c * es)),
-        ))
+        Ok(VBlocks {
+            send: crate::algo::blocks_of(send_counts.iter().map(|c| c * es)),
+            recv: crate::algo::blocks_of(recv_counts.iter().map(|c| c * es)),
+        })
     }
 
     // ---- point to point ---------------------------------------------------------------------

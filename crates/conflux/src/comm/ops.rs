@@ -87,8 +87,8 @@ impl Coll<'_> {
             Coll::Reduce { buf, .. } => c(OpKind::Reduce, buf.len()),
             Coll::AllGather { buf } => c(OpKind::AllGather, buf.len()),
             Coll::ReduceScatter { input, buf, .. } => c(OpKind::ReduceScatter, input.unwrap_or(buf).len()),
-            Coll::AllToAll { send, even, .. } => {
-                Some(Call { op: OpKind::AllToAll, bytes: send.len(), even: *even, pieces: false, half })
+            Coll::AllToAll { send, uneven, .. } => {
+                Some(Call { op: OpKind::AllToAll, bytes: send.len(), even: uneven.is_none(), pieces: false, half })
             }
             Coll::Send { .. } | Coll::Recv { .. } | Coll::Barrier => None,
         }
@@ -112,7 +112,7 @@ impl Coll<'_> {
             Coll::Barrier => (None, 0, 1, None),
             Coll::Send { .. } | Coll::Recv { .. } => return Fingerprint::NONE,
         };
-        let uneven = matches!(self, Coll::AllToAll { even: false, .. });
+        let uneven = matches!(self, Coll::AllToAll { uneven: Some(_), .. });
         Fingerprint::new(&CallShape { op, dtype, elems, pieces, uneven, reduce: self.op(), root, algo, ordered })
     }
 

@@ -18,7 +18,6 @@
 use std::ops::Range;
 
 use super::{placement, reduce_whole};
-use crate::algo::even_blocks;
 use crate::algo::Ctx;
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::rounds::Via;
@@ -72,14 +71,20 @@ pub(crate) fn reduce_scatter(
     })
 }
 
-/// all_to_all of blocks of `block` bytes: block k of `send` goes to rank k, block k of `recv`
-/// comes from rank k. This rank's own block is the caller's to copy.
-pub(crate) fn all_to_all(cx: &mut Ctx<'_>, send: &[u8], recv: &mut [u8], block: usize) -> Result<(), LinkError> {
+/// all_to_all of equal blocks (`blocks`, by rank, the same in `send` and `recv`): block k of
+/// `send` goes to rank k, block k of `recv` comes from rank k. This rank's own block is the
+/// caller's to copy.
+pub(crate) fn all_to_all(
+    cx: &mut Ctx<'_>,
+    send: &[u8],
+    recv: &mut [u8],
+    blocks: &[Range<usize>],
+) -> Result<(), LinkError> {
     let s = cx.s;
-    let blocks = even_blocks(block * s.size, s.size, 1);
+    let block = blocks[0].len();
     let own = s.rank * block;
     // Bytes are only copied, so a window may end anywhere: an element size of 1.
-    transposed(cx, Some(send), recv, &blocks, 1, |recv, w, parts| {
+    transposed(cx, Some(send), recv, blocks, 1, |recv, w, parts| {
         for (k, got) in parts.iter().enumerate().filter(|&(k, _)| k != s.rank) {
             let at = k * block + w.start - own;
             recv[at..at + got.len()].copy_from_slice(got);

@@ -2,7 +2,7 @@
 //! one process, over counts that leave blocks uneven, span several chunks and wrap the rings.
 
 use super::{topo_of, with_ranks};
-use crate::algo::coll::Coll;
+use crate::algo::coll::{Coll, VBlocks};
 use crate::algo::select::{self, Call};
 use crate::algo::table::{Needs, Row, TABLE};
 use crate::algo::{even_blocks, OpKind};
@@ -147,9 +147,11 @@ fn check(
             let send = enc(d, (0..n).flat_map(|b| sent(me, b)));
             let want: Vec<f64> = (0..n).flat_map(|a| sent(a, me)).map(|v| v as f64).collect();
             let mut recv = vec![0u8; want.len() * es];
-            let send_blocks = crate::algo::blocks_of((0..n).map(|b| len(me, b) * es));
-            let recv_blocks = crate::algo::blocks_of((0..n).map(|a| len(a, me) * es));
-            let coll = Coll::AllToAll { send: &send, send_blocks, recv: &mut recv, recv_blocks, even };
+            let uneven = (!even).then(|| VBlocks {
+                send: crate::algo::blocks_of((0..n).map(|b| len(me, b) * es)),
+                recv: crate::algo::blocks_of((0..n).map(|a| len(a, me) * es)),
+            });
+            let coll = Coll::AllToAll { send: &send, recv: &mut recv, uneven };
             run(st, coll).map(|()| got_want(dec(d, &recv), want))
         }
     };
