@@ -169,6 +169,28 @@ fn mismatched_calls_fail_every_rank_showing_both() {
     }
 }
 
+/// The same at two ranks over shared memory, where a rank that sent the peer its message of
+/// the call and finds nothing unread from it skips the peer's call board on leaving
+/// (`Link::spares_board`): ranks that disagree on a broadcast's root (each only sends), and
+/// a broadcast against an all_reduce (direct rounds, no message), must still fail both ranks,
+/// and with two roots one of them in the call itself, not only when the next call meets the
+/// other's message (both skipping the board would leave that to the next call).
+#[test]
+fn mismatched_calls_at_two_ranks_fail_both() {
+    for (kind, odd_call) in [("root", "root="), ("op", "broadcast(float x 1000, root=1)"), ("count", "x 999")] {
+        for _ in 0..if kind == "root" { 5 } else { 1 } {
+            let reports = mismatch_reports(2, kind, "shm");
+            for (t, ctx) in &reports {
+                assert!(t.contains(odd_call), "the error does not show {odd_call:?}: {ctx}");
+            }
+            if kind == "root" {
+                let ctx: Vec<&str> = reports.iter().map(|(_, c)| c.as_str()).collect();
+                assert!(reports.iter().any(|(t, _)| t.contains("in the call")), "{ctx:?}");
+            }
+        }
+    }
+}
+
 /// Runs `conflux-check calls KIND` on `n` ranks over `transport`: every rank must report the
 /// mismatch, within 20 s. Returns each rank's output, and it with its context for messages.
 fn mismatch_reports(n: usize, kind: &str, transport: &str) -> Vec<(String, String)> {

@@ -239,6 +239,11 @@ impl RxState {
         }
     }
 
+    /// Between messages, with none set aside.
+    pub fn idle(&self) -> bool {
+        matches!(self.progress, RxProgress::BetweenMessages) && self.stash.is_empty()
+    }
+
     /// `check_call`, remembering a collective's call as proven.
     fn check_call(&mut self, peer: usize, tag: u64, theirs: Fingerprint, mine: Fingerprint) -> Result<(), LinkError> {
         check_call(peer, tag, theirs, mine)?;

@@ -184,6 +184,12 @@ impl ShmRx {
         }
     }
 
+    /// Whether the sender has published bytes this side has not consumed: a fresh look at
+    /// `tail`, not the last one.
+    pub fn has_unread(&self) -> bool {
+        self.tail_seen != self.head || self.seg.u64_at(self.tail_off).load(Ordering::Acquire) != self.head
+    }
+
     /// Publishes the space freed so far, if the sender cannot see all of it yet.
     pub fn flush(&mut self) {
         if self.published != self.head {

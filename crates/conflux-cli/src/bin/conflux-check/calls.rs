@@ -70,18 +70,18 @@ pub(crate) fn scenario_calls(comm: Communicator, kind: &str) -> ExitCode {
         ("stashed", _) => scenario_stashed(&comm, &mut f),
         (_, _) => comm.all_reduce(&mut f, ReduceOp::Sum),
     });
-    let err = match first {
-        Err(e) => e,
+    let (err, when) = match first {
+        Err(e) => (e, "in the call"),
         // Its part could finish: the failure must reach it at the next call.
         Ok(()) => match comm.all_reduce(&mut f, ReduceOp::Sum) {
-            Err(e) => e,
+            Err(e) => (e, "in the next call"),
             Ok(()) => {
                 println!("rank {r}: two calls after a mismatched one succeeded");
                 return ExitCode::from(1);
             }
         },
     };
-    println!("rank {r}: CALL-MISMATCH after {:.2}s: {err}", t.elapsed().as_secs_f64());
+    println!("rank {r}: CALL-MISMATCH {when}, after {:.2}s: {err}", t.elapsed().as_secs_f64());
     // Returning shuts the communicator down: rank 0, which serves the store, relays its own
     // report and waits for the others' goodbyes before it exits.
     ExitCode::SUCCESS
