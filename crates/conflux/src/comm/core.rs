@@ -9,7 +9,7 @@
 //! message of one can be taken for the other's.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -67,7 +67,8 @@ pub(crate) struct Core {
     /// Operations running on the high-priority lane, for the normal lane to give way to.
     pub high_busy: Arc<AtomicUsize>,
     pub abort: Arc<AtomicBool>,
-    pub closed: Mutex<Option<String>>,
+    /// Why the communicator is closed, once it is: read by every call, so a load, not a lock.
+    pub closed: OnceLock<String>,
     /// Sub-groups made so far (the same count on every rank: making one is collective).
     pub groups: AtomicU64,
     /// Shrinks made so far (see shrink.rs).
@@ -230,7 +231,7 @@ impl Core {
             lanes,
             high_busy,
             abort,
-            closed: Mutex::new(None),
+            closed: OnceLock::new(),
             groups: AtomicU64::new(0),
             shrinks: AtomicU64::new(0),
             topo,
@@ -245,7 +246,7 @@ impl Core {
     }
 
     pub fn usable(&self) -> Result<()> {
-        if let Some(why) = &*self.closed.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(why) = self.closed.get() {
             return Err(Error::Closed(why.clone()));
         }
         if self.abort.load(Ordering::Relaxed) {
@@ -277,12 +278,8 @@ impl Core {
     }
 
     pub fn shutdown(&self) -> Result<()> {
-        {
-            let mut closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
-            if closed.is_some() {
-                return Ok(());
-            }
-            *closed = Some("shut down".into());
+        if self.closed.set("shut down".into()).is_err() {
+            return Ok(());
         }
         let timeout = self.config.timeout;
         let mut all_drained = true;
