@@ -322,9 +322,9 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let (sa, sb) = (m.shm.alpha_us * ovs, work / m.shm.gbps);
     let nodes = topo.nodes.len() as f64;
     // A rooted operation's α: `waits` steps that its busiest rank blocks on, of `steps` on
-    // its path. Oversubscribed, the rest overlap with the next call's, at plain α (measured,
-    // 8 ranks on 2 cores, 8 B reduce: chain 4-11 us, binomial tree 13-15 us, where paying
-    // `oversub` on every step predicted chain 28 and tree 12; broadcast's tree stays ahead).
+    // its path. Oversubscribed, the rest overlap with the next call's, at plain α: a
+    // broadcast's ranks each wait once, for their parent. (A reduce's chain once took this
+    // too, from 8 ranks on 2 cores, 8 B: chain 4-11 us, tree 13-15; no longer, see below.)
     let relaxed = if topo.oversubscribed() { flat.alpha_us } else { a };
     let rooted_alpha = |waits: f64, steps: f64| waits * a + (steps - waits).max(0.0) * relaxed;
     // Steps and bytes (as multiples of b) of a log-step schedule, inside nodes and across.
@@ -427,8 +427,11 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         (Reduce, Tree) => {
             rooted_cost(rooted_alpha(logn, logn), b * (beta * shared + g) * (1.0 + 0.25 * (logn - 1.0)) + b * cp)?
         }
+        // Every step waits: the fill's hops no longer hide behind the next call once a chain
+        // step stopped allocating (measured, 3, 4 and 8 ranks on 2 cores, 8 B - 2 KiB: the
+        // tree took 0.5-0.9x the chain's time, where `rooted_alpha` had picked the chain).
         (Reduce, Chain) => {
-            rooted_cost(rooted_alpha(chain_chunks, chain_steps), chain_steps * chain_chunk * (beta + g) + b * cp)?
+            rooted_cost(rooted_alpha(chain_steps, chain_steps), chain_steps * chain_chunk * (beta + g) + b * cp)?
         }
         (Reduce, Ring) => {
             rooted_cost(n * a, (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp)?
