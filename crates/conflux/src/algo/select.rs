@@ -36,7 +36,6 @@ use std::fmt::Write as _;
 
 use super::table::{self, Needs};
 use super::{Algo, OpKind};
-use crate::transport::shm::INLINE_DATA;
 
 /// Where the ranks of a communicator are. Identical on every rank.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -455,13 +454,6 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             };
             windows * m.sync_us * m.sync_factor(topo) + b * cp / faster
         }
-        // At 2 ranks the ring's reduce_scatter is one exchange of one block each way, which
-        // direct's slot rounds do not beat on small messages (3 runs, 512 B-8 KiB: ring
-        // 0.81-1.9 us, direct up to 1.3x slower; 16 KiB a tie; from 32 KiB direct 1.15-1.3x
-        // faster, writing one block where the ring copies one in and out): the model leaves
-        // it out there, and forced it still serves. Inline (at most `INLINE_DATA` bytes in
-        // all) direct wins: 8-128 B at 1.15-1.2x the ring's busbw (--report-auto).
-        (ReduceScatter, Direct) if topo.size <= 2 && (INLINE_DATA + 1..16 << 10).contains(&call.bytes) => return None,
         // All_gather's cache factor, but 2.5x whatever the load: at 2 ranks direct's
         // reduce_scatter writes half of what its all_gather does and beats the ring from 32 KiB.
         (ReduceScatter, Direct) => {
@@ -488,9 +480,12 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // the model leaves it out: pairwise's streams then win (measured, --algo all -f 4:
         // direct 1.1-2x faster to 128 KiB at 2-8 ranks and even at 512 KiB, pairwise 1.1x
         // faster at 2 MiB and 1.8x at 8 MiB on 4 ranks), which this sum does not foresee.
+        // At 2 ranks pairwise is one exchange through the ring, whose copy in and copy out
+        // overlap: from 8 KiB it beat direct (--report-auto, 8-512 KiB: direct at 0.77-0.95 of
+        // pairwise's busbw; even at 4 KiB).
         (AllToAll, Direct) => {
             let windows = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
-            if windows > 2.0 {
+            if windows > 2.0 || (topo.size <= 2 && call.bytes > 4 << 10) {
                 return None;
             }
             let faster = if cached { 2.5 } else { 1.0 };
