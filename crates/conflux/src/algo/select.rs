@@ -443,6 +443,9 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // us, rd 30-37, which the plain copy rate called even); with a core per rank, 1.5x
         // (2 ranks: direct ahead to 32 KiB, even at 128 KiB, rd and ring ahead at 512 KiB, where
         // 2.5x had auto(direct) at 0.86-0.91 of the best).
+        // At 2 ranks the ring's single exchange overlaps its copy in and out: from 16 KiB it
+        // beat direct (--report-auto, 3 runs: direct at 0.83-0.92 of the ring at 16-64 KiB).
+        (AllGather, Direct) if topo.size <= 2 && call.bytes > 8 << 10 => return None,
         (AllGather, Direct) => {
             let windows = (call.bytes as f64 / n / (256 << 10) as f64).ceil().max(1.0);
             let faster = if !cached {

@@ -182,8 +182,8 @@ fn recursive_doubling_yields_to_the_ring_when_the_working_set_spills() {
 /// With a shared segment the direct all_gather and reduce_scatter write each block once for
 /// all readers, and win at every size from 4 ranks up (measured, 8 ranks on 2 cores: 8 B
 /// all_gather 6-14 us against rd's 16-25, 8 MiB 4.1 ms against the ring's 6.0); at 2 ranks
-/// all_gather wins the small sizes and ties from 512 KiB, and so does reduce_scatter, while
-/// all_to_all's single exchange goes through the ring from 8 KiB.
+/// direct wins the small sizes and ties from 512 KiB for reduce_scatter, while all_gather's
+/// and all_to_all's single exchange goes through the ring from 16 and 8 KiB.
 #[test]
 fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
     let m = Model::default();
@@ -211,6 +211,7 @@ fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
     }
     let two = Topo::single(2, true);
     assert_eq!(choose(&m, &call(OpKind::AllGather, 64), &two, None), Ok(Algo::Direct));
+    assert_eq!(choose(&m, &call(OpKind::AllGather, 32 << 10), &two, None), Ok(Algo::Ring));
     // At 2 ranks direct's reduce_scatter beats the ring's single exchange (measured, 512 B -
     // 8 KiB: 1.1-1.35x the ring's busbw, even to 64 KiB).
     for bytes in [64, 512, 4 << 10, 8 << 20] {
