@@ -27,17 +27,18 @@
 //! Inline. A part of at most `INLINE_DATA` (328) bytes travels in rank me's inline block
 //! `inline(me, p)`: up to six 64-byte lines, each carrying its own copy of the round number
 //! beside its data (line 0 also the descriptor). Rank me writes a line's data, then its number
-//! (Release); a peer that sees the number in every line the length takes (Acquire) has the
-//! data in the lines it just read. A waiting peer loads every line's number on each poll, so
-//! the lines travel together as they are written, where the slot path reads `posted` first and
-//! the slot and descriptor lines only after it. At 2 ranks, medians of 5 interleaved runs with
-//! ranks bound to cores: 64 B 0.62 against 0.81 us, 256 B 0.67 against 0.84; one line (8 B)
-//! had taken it from 0.79-0.98 to 0.59. `posted[me] = gen` is stored too, so that the counter
-//! larger chunks wait on never falls behind; no peer reads it meanwhile, so the store stays in
-//! this rank's cache. Reuse is as for slots: the block of parity p is next written at gen + 2,
+//! (Release), the last line first and line 0 last; a peer that sees the number in line 0
+//! (Acquire) has every line of the part, all written before it. A waiting peer polls line 0
+//! alone, where the slot path reads `posted` first and the slot and descriptor lines only
+//! after it. At 2 ranks, medians of 5 interleaved runs with ranks bound to cores: 64 B 0.62
+//! against 0.81 us, 256 B 0.67 against 0.84; one line (8 B) had taken it from 0.79-0.98 to
+//! 0.59. (Polling every line's number, as it first did, kept lines moving back and forth
+//! while they were written: 256 B all_to_all and reduce_scatter took 2-3x, all_reduce 1.2x
+//! the time they take polling line 0, 7 alternating runs.) `posted[me] = gen` is stored too, so
+//! that the counter larger chunks wait on never falls behind; no peer reads it meanwhile, so
+//! the store stays in this rank's cache. Reuse is as for slots: the block of parity p is next written at gen + 2,
 //! after every peer announced gen + 1 (in its inline block or `posted`), which it does only
-//! after reading this one. A line a shorter call left out keeps an older number, which no peer
-//! takes for this call's. Ranks that disagree on the length take different paths, or
+//! after reading this one. Ranks that disagree on the length take different paths, or
 //! different lines with different descriptors, and find out from the descriptor or from the
 //! call board while they wait.
 
@@ -145,7 +146,7 @@ impl<'t> Rounds<'t> {
         // of this transport end there.
         self.t.mid_round = true;
         self.publish(gen, via, len, fill);
-        let waited = self.await_round(gen, via, &lens, deadline);
+        let waited = self.await_round(gen, via, deadline);
         self.t.mid_round = false;
         waited?;
         Ok(Round { rounds: self, gen, via, lens })
@@ -184,19 +185,13 @@ impl<'t> Rounds<'t> {
     }
 
     /// Step 2: waits until every rank announced round `gen`, then compares descriptors.
-    fn await_round(
-        &mut self,
-        gen: u64,
-        via: Via,
-        len: &impl Fn(usize) -> usize,
-        deadline: Instant,
-    ) -> Result<(), LinkError> {
+    fn await_round(&mut self, gen: u64, via: Via, deadline: Instant) -> Result<(), LinkError> {
         let seg = &*self.seg;
         let l = seg.layout;
         let (n, p) = (l.ranks, (gen % 2) as usize);
         let announced = |k: usize| match via {
-            Via::Inline => (0..inline_lines(len(k)))
-                .fold(true, |all, j| all & (seg.u64_at(l.inline_gen(k, p, j)).load(Ordering::Acquire) >= gen)),
+            // Line 0 is written last (Inline above).
+            Via::Inline => seg.u64_at(l.inline_gen(k, p, 0)).load(Ordering::Acquire) >= gen,
             Via::Slot(_) => seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen,
         };
         self.t.wait_until(deadline, || (0..n).all(announced), || (0..n).filter(|&k| !announced(k)).collect())?;
@@ -288,10 +283,10 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
                     let (lo, hi) = (span.start.max(range.start), span.end);
                     if lo < hi {
                         let from = l.inline_data(k, p, j) + (lo - span.start);
-                        // SAFETY: rank k stored `gen` in line j after writing its data bytes, and
-                        // this rank saw it (`await_round`, Acquire: line j is within k's length,
-                        // checked above); k rewrites them only after this rank announces gen + 1,
-                        // which it cannot while this round lives.
+                        // SAFETY: rank k wrote line j's data bytes before it stored `gen` in line 0
+                        // (Release, line 0 last), which this rank saw (`await_round`, Acquire); line
+                        // j is within k's length (checked above); k rewrites them only after this
+                        // rank announces gen + 1, which it cannot while this round lives.
                         dst[lo - range.start..hi - range.start].copy_from_slice(unsafe { seg.bytes(from, hi - lo) });
                     }
                 }
