@@ -39,8 +39,7 @@ pub use health::{HealthOptions, KindReference, LinkHealth, LinkKind};
 pub use status::RankStatus;
 
 use self::core::{Core, HighBusy, Lane};
-use crate::algo::coll::Coll;
-use crate::algo::coll::VBlocks;
+use crate::algo::coll::{Coll, VBlocks};
 use crate::algo::{select, Algo, OpKind};
 use crate::config::{Config, Options};
 use crate::dtype::{DataType, Element, ReduceOp};
