@@ -435,17 +435,18 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         (Reduce, Ring) => {
             rooted_cost(n * a, (n - 1.0) / n * b * (2.0 * beta * shared + g) + ring_reduce_bw * b * beta + b * cp)?
         }
+        // At 2 ranks the ring's single exchange overlaps its copy in and its copy out: from
+        // 16 KiB it beat direct, since the ring's receivers publish freed space lazily
+        // (--report-auto, 3 runs: direct at 0.83-0.92 of the ring at 16-64 KiB).
+        (AllGather, Direct) if topo.size <= 2 && call.bytes > 8 << 10 => return None,
         // Each rank copies its block in and the others' out: the whole message once, with a
         // sync per slot-sized window of a block (of all the blocks side by side, for
         // reduce_scatter, which reduces one block from N streams: see all_reduce).
         // Fitted: while the message fits in cache its copies are taken 2.5x faster, the
         // factor β has there (measured, 4 ranks on 2 cores, all_gather of 128 KiB: direct 24
         // us, rd 30-37, which the plain copy rate called even); with a core per rank, 1.5x
-        // (2 ranks: direct ahead to 32 KiB, even at 128 KiB, rd and ring ahead at 512 KiB, where
-        // 2.5x had auto(direct) at 0.86-0.91 of the best).
-        // At 2 ranks the ring's single exchange overlaps its copy in and out: from 16 KiB it
-        // beat direct (--report-auto, 3 runs: direct at 0.83-0.92 of the ring at 16-64 KiB).
-        (AllGather, Direct) if topo.size <= 2 && call.bytes > 8 << 10 => return None,
+        // (first fitted at 2 ranks, where 2.5x had auto(direct) at 0.86-0.91 of the best at
+        // 512 KiB).
         (AllGather, Direct) => {
             let windows = (call.bytes as f64 / n / (256 << 10) as f64).ceil().max(1.0);
             let faster = if !cached {
