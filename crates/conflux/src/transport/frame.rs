@@ -165,14 +165,29 @@ impl RxState {
                     if avail.len() < span {
                         return Ok(Advance { moved: progressed, done: false });
                     }
-                    src.consume(span);
-                    progressed = true;
                     if got_tag == tag {
                         self.check_call(peer, tag, theirs, calls.now.1)?;
                         check_len(peer, tag, len, sink.len())?;
-                        let crc = crc.then_some(0);
-                        self.progress = RxProgress::Matched { tag, done: 0, len: len as usize, crc };
-                    } else if got_tag & COLL_BIT != 0 && tag & COLL_BIT != 0 {
+                        // `len` is the sink's: no overflow below.
+                        let (len, pad) = (len as usize, S::pad(len as usize));
+                        // A message that is all here (a small one in its header's record) is
+                        // taken at once: one look at the link instead of three.
+                        let (mut done, whole) = (0, span + len + pad);
+                        if !crc && len <= budget && avail.len() >= whole {
+                            done = sink.take(0, &avail[span..span + len]);
+                            if done == len {
+                                src.consume(whole);
+                                return Ok(Advance { moved: true, done: true });
+                            }
+                        }
+                        src.consume(span + done);
+                        (progressed, moved) = (true, moved + done);
+                        self.progress = RxProgress::Matched { tag, done, len, crc: crc.then_some(0) };
+                        continue;
+                    }
+                    src.consume(span);
+                    progressed = true;
+                    if got_tag & COLL_BIT != 0 && tag & COLL_BIT != 0 {
                         let mine = match calls.of(got_tag & !COLL_BIT) {
                             Some(fp) => format!(" where this rank called {fp}"),
                             None => String::new(),
