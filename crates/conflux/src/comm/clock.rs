@@ -1,11 +1,11 @@
 //! The time a call starts, read cheaply: every call takes one (its deadline, the flight
 //! recorder's "started at"), and a precise `Instant::now()` was 16-18% of an untraced 8-byte
 //! call's own CPU time here (perf, 1 rank). Reading this clock instead took an 8-byte
-//! broadcast at 1 rank from 87-93 to 69-83 ns of CPU per call (task-clock over 2 M calls, three
-//! alternating pairs). The kernel's coarse
-//! monotonic clock is the same clock as `Instant`'s, read at the last tick (1-4 ms), without
-//! the counter read and scaling. A deadline is then up to a tick early, against timeouts of
-//! seconds; a traced call, whose times are compared in microseconds, reads the precise clock.
+//! broadcast at 1 rank from 87-93 to 69-83 ns of CPU per call (task-clock over 2 M calls,
+//! three alternating pairs). The kernel's coarse monotonic clock is the same clock as
+//! `Instant`'s, read at the last tick (1-4 ms), without the counter read and scaling. A
+//! deadline is then up to a tick early, against timeouts of seconds; a traced call, whose
+//! times are compared in microseconds, reads the precise clock.
 
 use std::time::{Duration, Instant};
 
