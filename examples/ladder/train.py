@@ -164,6 +164,24 @@ def make_buckets_small_front(params, bucket_mb, front_mb):
     return make_buckets(params[cut:], bucket_mb) + make_buckets(params[:cut], front_mb)
 
 
+def issue_order(buckets, hold_mb, early_mb):
+    """The order buckets start in, by index (0: the first backward produces, needed last by the
+    next forward). The first hold_mb MB are held back; the next early_mb MB start as backward
+    produces them (the link would idle otherwise); the rest, and then the held ones, start in
+    the order the next forward needs them."""
+    mb = [sum(p.numel() * p.element_size() for p in b) / 1e6 for b in buckets]
+
+    def prefix(start, limit):
+        end, size = start, 0.0
+        while end < len(buckets) and size + mb[end] <= limit + 1e-9:
+            size += mb[end]
+            end += 1
+        return end
+    hold = prefix(0, hold_mb)
+    early = prefix(hold, early_mb)
+    return list(range(hold, early)) + [i for i in reversed(range(len(buckets))) if not hold <= i < early]
+
+
 def copy_back(flat, bucket, world):
     """Averages a summed flat bucket and writes it back into its parameters' .grad."""
     flat.div_(world)
@@ -205,29 +223,58 @@ class AsyncBuckets:
     """Rung 4's machinery: a post-accumulate-grad hook on every parameter counts the bucket's
     ready gradients; the bucket's last one flattens it and starts an async all_reduce."""
 
-    def __init__(self, params, buckets, world):
-        self.buckets, self.world = buckets, world
+    def __init__(self, params, buckets, world, order=None, groups=(None,)):
+        self.buckets, self.world, self.groups = buckets, world, groups
+        self.order = list(range(len(buckets))) if order is None else order
+        self.flats = None
         self.bucket_of = {p: i for i, b in enumerate(buckets) for p in b}
         self.hooks = [p.register_post_accumulate_grad_hook(self._ready) for p in params]  # once
         self.reset()
 
+    def use_views(self):
+        """Makes every .grad a view of its bucket's one flat buffer (as DDP's
+        gradient_as_bucket_view): backward accumulates straight into what is all-reduced, no
+        flatten before nor copy back after."""
+        self.flats = []
+        for b in self.buckets:
+            flat = torch.zeros(sum(p.numel() for p in b))
+            at = 0
+            for p in b:
+                p.grad = flat[at:at + p.numel()].view_as(p)
+                at += p.numel()
+            self.flats.append(flat)
+
     def reset(self):
         """Per-step state: called before each backward."""
         self.ready = [0] * len(self.buckets)
+        self.issued = 0  # how many of self.order have started
         self.pending = {}  # bucket index -> (flat tensor, Work)
 
     def _ready(self, p):
         i = self.bucket_of[p]
         self.ready[i] += 1
-        if self.ready[i] == len(self.buckets[i]):
-            flat = _flatten_dense_tensors([q.grad for q in self.buckets[i]])
-            self.pending[i] = (flat, dist.all_reduce(flat, async_op=True))
+        # Buckets start in self.order, the same on every rank: a bucket ready before its turn
+        # waits for the ones ahead of it.
+        while self.issued < len(self.order):
+            j = self.order[self.issued]
+            if self.ready[j] < len(self.buckets[j]):
+                break
+            if self.flats is not None:
+                flat = self.flats[j]
+            else:
+                flat = _flatten_dense_tensors([q.grad for q in self.buckets[j]])
+            group = self.groups[self.issued % len(self.groups)]
+            self.pending[j] = (flat, dist.all_reduce(flat, group=group, async_op=True))
+            self.issued += 1
 
     def finish(self, i):
         """Waits for bucket i and writes its averaged gradients back."""
         flat, work = self.pending.pop(i)
         blocking(work.wait)
-        copy_back(flat, self.buckets[i], self.world)
+        if self.flats is not None:
+            flat.div_(self.world)
+        else:
+            copy_back(flat, self.buckets[i], self.world)
 
     def finish_all(self):
         assert len(self.pending) == len(self.buckets), "a bucket never became ready"
@@ -255,9 +302,15 @@ class Scheduled:
     that bucket's optimizer and clears its gradients. flush() does it for whatever is left
     (after the last step, so the final parameters are right)."""
 
-    def __init__(self, model, world, bucket_mb, front_mb):
+    def __init__(self, model, world, bucket_mb, front_mb, hold_mb, early_mb, lanes):
         params = list(model.parameters())
-        self.ab = AsyncBuckets(params, make_buckets_small_front(params, bucket_mb, front_mb), world)
+        buckets = make_buckets_small_front(params, bucket_mb, front_mb)
+        # More than one lane: buckets alternate over groups, each its own conflux communicator
+        # with its own engine, so a bucket's reduce can run while the one before it waits on a
+        # slower rank.
+        groups = [None] + [dist.new_group() for _ in range(lanes - 1)]
+        self.ab = AsyncBuckets(params, buckets, world, issue_order(buckets, hold_mb, early_mb), groups)
+        self.ab.use_views()
         self.opts = [torch.optim.SGD(b, lr=LR, momentum=MOMENTUM) for b in self.ab.buckets]
         for m in model.modules():
             own = [self.ab.bucket_of[p] for p in m.parameters(recurse=False)]
@@ -269,7 +322,7 @@ class Scheduled:
             if i in self.ab.pending:
                 self.ab.finish(i)
                 self.opts[i].step()
-                self.opts[i].zero_grad()  # set_to_none: the next backward starts afresh
+                self.ab.flats[i].zero_()  # the next backward accumulates into it
 
     def flush(self):
         self.apply(sorted(self.ab.pending))
@@ -288,9 +341,16 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3, help="untimed first steps")
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
-    ap.add_argument("--bucket-mb", type=float, default=4.0)
+    ap.add_argument("--bucket-mb", type=float, help="bucket size, MB (default: 4; rung 5: 1)")
     ap.add_argument("--front-mb", type=float, default=1.0,
                     help="rung 5: the first parameters' own (last) bucket, MB; 0: plain buckets")
+    ap.add_argument("--hold-mb", type=float, default=2.2,
+                    help="rung 5: the first MB backward produces start last (the next forward needs "
+                         "them last)")
+    ap.add_argument("--early-mb", type=float, default=6.4,
+                    help="rung 5: the next MB start as backward produces them; the rest in the order "
+                         "the next forward needs them")
+    ap.add_argument("--lanes", type=int, default=2, help="rung 5: groups the buckets alternate over")
     ap.add_argument("--out", help="rank 0 writes the result here (JSON)")
     args = ap.parse_args()
 
@@ -303,9 +363,12 @@ def main():
     params = list(model.parameters())
     data = MarkovTokens()
 
+    if args.bucket_mb is None:
+        args.bucket_mb = 1.0 if args.rung == 5 else 4.0
     opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
     if args.rung == 5:
-        sched = Scheduled(model, world, args.bucket_mb, args.front_mb)
+        sched = Scheduled(model, world, args.bucket_mb, args.front_mb, args.hold_mb, args.early_mb,
+                          args.lanes)
         before_backward, after_backward, flush = sched.before_backward, None, sched.flush
         buckets = sched.ab.buckets
     else:

@@ -41,3 +41,21 @@ def test_the_ladder_runs_every_rung_to_the_same_loss(tmp_path):
     for r in res["rungs"]:
         assert r["samples_per_s"] > 0 and 0 <= r["comm_share"] <= 1 and 0 <= r["compute_util"] <= 1, r
     assert (tmp_path / "l.svg").read_text().startswith("<svg")
+
+
+def test_the_ladder_starts_buckets_held_early_then_in_forward_order():
+    """Rung 5's bucket order (examples/ladder/train.py issue_order): every bucket exactly once;
+    the first --hold-mb of what backward makes go last, the next --early-mb first, the rest
+    in the order the next forward needs them (highest index first)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("ladder_train", REPO / "examples" / "ladder" / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    mb = [2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5]  # bucket sizes, in the order backward makes them
+    buckets = [[torch.zeros(int(m * 250_000))] for m in mb]  # float32: 4 bytes an element
+    assert train.issue_order(buckets, hold_mb=2.0, early_mb=2.0) == [1, 2, 6, 5, 4, 3, 0]
+    assert train.issue_order(buckets, hold_mb=0, early_mb=0) == [6, 5, 4, 3, 2, 1, 0]
+    assert train.issue_order(buckets, hold_mb=1.9, early_mb=100) == [0, 1, 2, 3, 4, 5, 6]
