@@ -42,6 +42,25 @@ pub(crate) fn reduce(
     pipeline(t, s, buf, pos, (s.right(), s.left()), dtype.size(), |into| Sink::Reduce { buf: into, dtype, op })
 }
 
+/// The far end of the reduce's chain (root - 1) has nothing to reduce: it sends `data` in the
+/// pipeline's chunks, as it is, and needs no working copy. None: not the far end.
+pub(crate) fn reduce_as_leaf(
+    t: &mut Transport,
+    s: &Step,
+    data: &[u8],
+    root: usize,
+    esize: usize,
+) -> Option<Result<(), LinkError>> {
+    let n = s.size;
+    if n < 2 || s.rank != (root + n - 1) % n {
+        return None;
+    }
+    let chunk = (CHUNK / esize).max(1) * esize;
+    let mut send = |piece: &[u8]| t.exchange(&mut [Xfer::Send { peer: s.left(), tag: s.tag, data: piece }], s.deadline);
+    // As `pipeline` at position 0: a chunk a step, and an empty buffer is one empty message.
+    Some(if data.is_empty() { send(data) } else { data.chunks(chunk).try_for_each(send) })
+}
+
 /// The chain's steps at position `pos` (0 starts, n - 1 ends), receiving from `from` and
 /// sending to `to`: at step k it takes chunk k - pos + 1 and passes on chunk k - pos.
 fn pipeline(

@@ -23,7 +23,7 @@ type R = Result<(), LinkError>;
 type AllReduceFn = fn(&mut Ctx<'_>, &mut [&mut [u8]], Red) -> R;
 type AllReduceFromFn = fn(&mut Ctx<'_>, Option<&[u8]>, &mut [&mut [u8]], Red) -> R;
 type BroadcastFn = fn(&mut Ctx<'_>, &mut [u8], usize, usize) -> R;
-type ReduceFn = fn(&mut Ctx<'_>, &mut [u8], usize, Red) -> R;
+type ReduceFn = fn(&mut Ctx<'_>, Option<&[u8]>, &mut [u8], usize, Red) -> R;
 type AllGatherFn = fn(&mut Ctx<'_>, &mut [u8], &[Range<usize>]) -> R;
 type ReduceScatterFn = fn(&mut Ctx<'_>, &mut [u8], &[Range<usize>], Red) -> R;
 type ReduceScatterFromFn = fn(&mut Ctx<'_>, Option<&[u8]>, &mut [u8], &[Range<usize>], Red) -> R;
@@ -39,7 +39,8 @@ pub(crate) enum Run {
     AllReduceFrom(AllReduceFromFn),
     /// Sends the root's buffer to every rank (root, element size).
     Broadcast(BroadcastFn),
-    /// Reduces every rank's buffer into the root's; other ranks' is a working copy.
+    /// Reduces every rank's data (`input`, or else the buffer) into the root's buffer (root,
+    /// reduction); other ranks' buffers stay as they were.
     Reduce(ReduceFn),
     /// Fills every rank's block (`blocks`, by rank) of the buffer; this rank's is in place.
     AllGather(AllGatherFn),
@@ -109,7 +110,7 @@ pub(crate) const TABLE: &[Row] = &[
     Row { needs: Needs::OneSegment, uneven: false, ..row(Algo::Direct, Run::AllToAll(direct_all_to_all)) },
     row(Algo::Tree, Run::AllReduce(|cx, out, (d, op)| tree::all_reduce(cx.t, &cx.s, single(out), d, op))),
     row(Algo::Tree, Run::Broadcast(|cx, buf, root, _| tree::broadcast(cx.t, &cx.s, buf, root))),
-    row(Algo::Tree, Run::Reduce(|cx, buf, root, (d, op)| tree::reduce(cx.t, &cx.s, buf, root, d, op))),
+    row(Algo::Tree, Run::Reduce(tree_reduce)),
     row(Algo::Rd, Run::AllReduce(|cx, out, (d, op)| rd::all_reduce(cx, single(out), d, op))),
     row(Algo::Rd, Run::AllGather(|cx, buf, b| rd::all_gather(cx.t, &cx.s, buf, b))),
     row(Algo::Rd, Run::ReduceScatter(|cx, buf, b, (d, op)| rd::reduce_scatter(cx.t, &cx.s, buf, b, d, op))),
@@ -122,7 +123,7 @@ pub(crate) const TABLE: &[Row] = &[
         ..row(Algo::Hier, Run::AllReduce(|cx, out, (d, op)| hier::all_reduce(cx, single(out), d, op)))
     },
     row(Algo::Chain, Run::Broadcast(|cx, buf, root, es| chain::broadcast(cx.t, &cx.s, buf, root, es))),
-    row(Algo::Chain, Run::Reduce(|cx, buf, root, (d, op)| chain::reduce(cx.t, &cx.s, buf, root, d, op))),
+    row(Algo::Chain, Run::Reduce(chain_reduce)),
     row(Algo::ScatterAllGather, Run::Broadcast(|cx, buf, root, es| sag::broadcast(cx.t, &cx.s, buf, root, es))),
     row(Algo::Bruck, Run::AllGather(bruck::all_gather)),
     Row {
@@ -148,9 +149,25 @@ fn single<'a>(out: &'a mut [&mut [u8]]) -> &'a mut [u8] {
     &mut *out[0]
 }
 
-fn ring_reduce(cx: &mut Ctx<'_>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
+fn ring_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
     let blocks = even_blocks(buf.len() / dtype.size(), cx.s.size, dtype.size());
-    ring::reduce(cx.t, &cx.s, buf, &blocks, root, (dtype, op))
+    on_reduce_buffer(cx, root, input, buf, |cx, work| ring::reduce(cx.t, &cx.s, work, &blocks, root, (dtype, op)))
+}
+
+// A reduce's leaves send the caller's data where it is; the other ranks work in a copy.
+
+fn tree_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
+    if let Some(sent) = tree::reduce_as_leaf(cx.t, &cx.s, input.unwrap_or(buf), root) {
+        return sent;
+    }
+    on_reduce_buffer(cx, root, input, buf, |cx, work| tree::reduce(cx.t, &cx.s, work, root, dtype, op))
+}
+
+fn chain_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
+    if let Some(sent) = chain::reduce_as_leaf(cx.t, &cx.s, input.unwrap_or(buf), root, dtype.size()) {
+        return sent;
+    }
+    on_reduce_buffer(cx, root, input, buf, |cx, work| chain::reduce(cx.t, &cx.s, work, root, dtype, op))
 }
 
 fn ring_reduce_scatter(cx: &mut Ctx<'_>, buf: &mut [u8], blocks: &[Range<usize>], (dtype, op): Red) -> R {
@@ -205,8 +222,11 @@ pub(crate) fn run(cx: &mut Ctx<'_>, row: &Row, coll: &mut Coll<'_>, dtype: DataT
             }
         }
         (Coll::Reduce { input, buf, op, root }, Run::Reduce(f)) => {
-            let red = (dtype, *op);
-            on_reduce_buffer(cx, *root, *input, buf, |cx, work| if n > 1 { f(cx, work, *root, red) } else { Ok(()) })?;
+            if n > 1 {
+                f(cx, *input, buf, *root, (dtype, *op))?;
+            } else if let Some(i) = input {
+                buf.copy_from_slice(i);
+            }
             if cx.s.rank == *root {
                 finish_avg(*op, dtype, buf, n);
             }

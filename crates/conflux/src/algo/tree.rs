@@ -93,6 +93,17 @@ pub(crate) fn broadcast(t: &mut Transport, s: &Step, buf: &mut [u8], root: usize
     t.exchange(&mut sends, s.deadline)
 }
 
+/// A leaf of the binomial reduce (an odd distance from the root) has nothing to reduce: it
+/// sends `data` to its parent, as it is, and needs no working copy. None: not a leaf.
+pub(crate) fn reduce_as_leaf(t: &mut Transport, s: &Step, data: &[u8], root: usize) -> Option<Result<(), LinkError>> {
+    let n = s.size;
+    let vr = (s.rank + n - root) % n;
+    (vr % 2 == 1).then(|| {
+        let parent = (s.rank + n - 1) % n;
+        t.exchange(&mut [Xfer::Send { peer: parent, tag: s.tag, data }], s.deadline)
+    })
+}
+
 /// Binomial reduce to `root`: each rank reduces its children's partial results, nearest first,
 /// and sends its own to its parent. Non-root ranks' `buf` ends as scratch (the caller passes a copy).
 pub(crate) fn reduce(

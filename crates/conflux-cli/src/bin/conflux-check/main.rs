@@ -98,6 +98,19 @@ impl Checker {
             }
         }
 
+        // reduce out of place, to rank 0: the root's recv gets the result; every send, and the
+        // other ranks' recv, stay as they were (a leaf sends straight from its send buffer).
+        let send = mine(count);
+        let mut out = vec![T::from_f64(3.0); count];
+        if self.ok(&tag("reduce_into"), self.comm.reduce_into(&send, &mut out, op, 0)) {
+            if r == 0 {
+                self.expect(&tag("reduce_into at root"), verify::first_wrong(&out, want));
+            } else {
+                self.expect(&tag("reduce_into leaves recv"), verify::first_wrong(&out, |_| 3.0));
+            }
+            self.expect(&tag("reduce_into keeps send"), verify::first_wrong(&send, |i| verify::input(d, op, r, i)));
+        }
+
         // reduce_scatter: every rank contributes n blocks of `count`.
         let send = mine(count * n);
         let mut out = vec![T::from_f64(0.0); count];
