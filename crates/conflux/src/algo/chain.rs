@@ -24,14 +24,17 @@ pub(crate) fn broadcast(
 ) -> Result<(), LinkError> {
     let n = s.size;
     let pos = (s.rank + n - root) % n;
-    pipeline(t, s, buf, pos, (s.left(), s.right()), esize, |into| Sink::Copy(into))
+    pipeline(t, s, buf, None, pos, (s.left(), s.right()), esize, |into, _| Sink::Copy(into))
 }
 
-/// Non-root ranks' `buf` ends as scratch (the caller passes a copy).
+/// This rank's data is `src`, or `buf` itself when `src` is None; each chunk received is
+/// combined with it straight into `buf` (no copy first), and the far end sends `src` as it is.
+/// Non-root ranks' `buf` ends as scratch.
 pub(crate) fn reduce(
     t: &mut Transport,
     s: &Step,
     buf: &mut [u8],
+    src: Option<&[u8]>,
     root: usize,
     dtype: DataType,
     op: ReduceOp,
@@ -39,38 +42,26 @@ pub(crate) fn reduce(
     let n = s.size;
     // Position along the chain, counted from its far end (root - 1) at 0 to the root at n - 1.
     let pos = (root + n - 1 - s.rank) % n;
-    pipeline(t, s, buf, pos, (s.right(), s.left()), dtype.size(), |into| Sink::Reduce { buf: into, dtype, op })
-}
-
-/// The far end of the reduce's chain (root - 1) has nothing to reduce: it sends `data` in the
-/// pipeline's chunks, as it is, and needs no working copy. None: not the far end.
-pub(crate) fn reduce_as_leaf(
-    t: &mut Transport,
-    s: &Step,
-    data: &[u8],
-    root: usize,
-    esize: usize,
-) -> Option<Result<(), LinkError>> {
-    let n = s.size;
-    if n < 2 || s.rank != (root + n - 1) % n {
-        return None;
-    }
-    let chunk = (CHUNK / esize).max(1) * esize;
-    let mut send = |piece: &[u8]| t.exchange(&mut [Xfer::Send { peer: s.left(), tag: s.tag, data: piece }], s.deadline);
-    // As `pipeline` at position 0: a chunk a step, and an empty buffer is one empty message.
-    Some(if data.is_empty() { send(data) } else { data.chunks(chunk).try_for_each(send) })
+    pipeline(t, s, buf, src, pos, (s.right(), s.left()), dtype.size(), |into, mine| match mine {
+        Some(src) => Sink::ReduceFrom { buf: into, src, dtype, op },
+        None => Sink::Reduce { buf: into, dtype, op },
+    })
 }
 
 /// The chain's steps at position `pos` (0 starts, n - 1 ends), receiving from `from` and
-/// sending to `to`: at step k it takes chunk k - pos + 1 and passes on chunk k - pos.
+/// sending to `to`: at step k it takes chunk k - pos + 1 and passes on chunk k - pos. `sink`
+/// makes a chunk's receive, given that chunk of `src` (this rank's data where it is not in
+/// `buf`); position 0, which receives nothing, sends `src` itself.
+#[allow(clippy::too_many_arguments)]
 fn pipeline(
     t: &mut Transport,
     s: &Step,
     buf: &mut [u8],
+    src: Option<&[u8]>,
     pos: usize,
     (from, to): (usize, usize),
     esize: usize,
-    sink: impl for<'a> Fn(&'a mut [u8]) -> Sink<'a>,
+    sink: impl for<'a> Fn(&'a mut [u8], Option<&'a [u8]>) -> Sink<'a>,
 ) -> Result<(), LinkError> {
     let n = s.size;
     let chunk = (CHUNK / esize).max(1) * esize;
@@ -84,11 +75,15 @@ fn pipeline(
         let empty = 0..0;
         let (out, into) = split2(buf, send_r.as_ref().unwrap_or(&empty), recv_r.as_ref().unwrap_or(&empty));
         let mut xfers: SmallVec<[Xfer<'_>; 2]> = SmallVec::new();
-        if send.is_some() {
-            xfers.push(Xfer::Send { peer: to, tag: s.tag, data: out });
+        if let Some(r) = send_r {
+            let data = match src {
+                Some(src) if pos == 0 => &src[r],
+                _ => out,
+            };
+            xfers.push(Xfer::Send { peer: to, tag: s.tag, data });
         }
-        if recv.is_some() {
-            xfers.push(Xfer::Recv { peer: from, tag: s.tag, sink: sink(into) });
+        if let Some(r) = recv_r {
+            xfers.push(Xfer::Recv { peer: from, tag: s.tag, sink: sink(into, src.map(|d| &d[r])) });
         }
         if !xfers.is_empty() {
             t.exchange(&mut xfers, s.deadline)?;

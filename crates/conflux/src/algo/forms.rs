@@ -43,6 +43,29 @@ pub(crate) fn on_reduce_buffer(
     f(cx, buf)
 }
 
+/// A reduce's buffers for a schedule that combines this rank's data with the first data it
+/// receives, with no copy first (`f(cx, work, src)`, `src` None: the data is in `work`): the
+/// root works in `buf`, reading `input` where it is; the other ranks read their data where it
+/// is and work in the lane's staging buffer, its contents left over, leaving `buf` as it was.
+pub(crate) fn on_reduce_scratch(
+    cx: &mut Ctx<'_>,
+    root: usize,
+    input: Option<&[u8]>,
+    buf: &mut [u8],
+    f: impl FnOnce(&mut Ctx<'_>, &mut [u8], Option<&[u8]>) -> Result<(), LinkError>,
+) -> Result<(), LinkError> {
+    if cx.s.rank == root {
+        return f(cx, buf, input);
+    }
+    let mut work = std::mem::take(cx.staging);
+    if work.len() < buf.len() {
+        work.resize(buf.len(), 0);
+    }
+    let r = f(cx, &mut work[..buf.len()], Some(input.unwrap_or(buf)));
+    *cx.staging = work;
+    r
+}
+
 /// A reduce_scatter's working buffer: `buf` itself in place, or a staged copy of `input`
 /// whose block `rank` lands in `buf`. Returns this rank's reduced block.
 pub(crate) fn on_scatter_buffer<'b>(

@@ -11,7 +11,7 @@
 use std::ops::Range;
 
 use super::coll::Coll;
-use super::forms::{finish_avg, on_reduce_buffer, on_scatter_buffer, ring_pieces};
+use super::forms::{finish_avg, on_reduce_buffer, on_reduce_scratch, on_scatter_buffer, ring_pieces};
 use super::{bruck, chain, direct, even_blocks, hier, ordered, pairwise, rabenseifner, rd, ring, sag, tree};
 use super::{Algo, Blocks, Circle, Ctx, OpKind, Red};
 use crate::dtype::DataType;
@@ -154,20 +154,12 @@ fn ring_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: usi
     on_reduce_buffer(cx, root, input, buf, |cx, work| ring::reduce(cx.t, &cx.s, work, &blocks, root, (dtype, op)))
 }
 
-// A reduce's leaves send the caller's data where it is; the other ranks work in a copy.
-
 fn tree_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
-    if let Some(sent) = tree::reduce_as_leaf(cx.t, &cx.s, input.unwrap_or(buf), root) {
-        return sent;
-    }
-    on_reduce_buffer(cx, root, input, buf, |cx, work| tree::reduce(cx.t, &cx.s, work, root, dtype, op))
+    on_reduce_scratch(cx, root, input, buf, |cx, work, src| tree::reduce(cx.t, &cx.s, work, src, root, dtype, op))
 }
 
 fn chain_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
-    if let Some(sent) = chain::reduce_as_leaf(cx.t, &cx.s, input.unwrap_or(buf), root, dtype.size()) {
-        return sent;
-    }
-    on_reduce_buffer(cx, root, input, buf, |cx, work| chain::reduce(cx.t, &cx.s, work, root, dtype, op))
+    on_reduce_scratch(cx, root, input, buf, |cx, work, src| chain::reduce(cx.t, &cx.s, work, src, root, dtype, op))
 }
 
 fn ring_reduce_scatter(cx: &mut Ctx<'_>, buf: &mut [u8], blocks: &[Range<usize>], (dtype, op): Red) -> R {

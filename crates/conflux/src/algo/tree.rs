@@ -93,23 +93,16 @@ pub(crate) fn broadcast(t: &mut Transport, s: &Step, buf: &mut [u8], root: usize
     t.exchange(&mut sends, s.deadline)
 }
 
-/// A leaf of the binomial reduce (an odd distance from the root) has nothing to reduce: it
-/// sends `data` to its parent, as it is, and needs no working copy. None: not a leaf.
-pub(crate) fn reduce_as_leaf(t: &mut Transport, s: &Step, data: &[u8], root: usize) -> Option<Result<(), LinkError>> {
-    let n = s.size;
-    let vr = (s.rank + n - root) % n;
-    (vr % 2 == 1).then(|| {
-        let parent = (s.rank + n - 1) % n;
-        t.exchange(&mut [Xfer::Send { peer: parent, tag: s.tag, data }], s.deadline)
-    })
-}
-
 /// Binomial reduce to `root`: each rank reduces its children's partial results, nearest first,
-/// and sends its own to its parent. Non-root ranks' `buf` ends as scratch (the caller passes a copy).
+/// and sends its own to its parent. This rank's data is `src`, or `buf` itself when `src` is
+/// None; `buf` is where the partial result builds up (the first child's data is combined with
+/// `src` straight into it, no copy first). A leaf sends `src` as it is. Non-root ranks' `buf`
+/// ends as scratch.
 pub(crate) fn reduce(
     t: &mut Transport,
     s: &Step,
     buf: &mut [u8],
+    mut src: Option<&[u8]>,
     root: usize,
     dtype: DataType,
     op: ReduceOp,
@@ -121,11 +114,15 @@ pub(crate) fn reduce(
     while mask < n {
         if vr & mask != 0 {
             let peer = real(vr - mask);
-            return t.exchange(&mut [Xfer::Send { peer, tag: s.tag, data: buf }], s.deadline);
+            let data = src.unwrap_or(buf);
+            return t.exchange(&mut [Xfer::Send { peer, tag: s.tag, data }], s.deadline);
         }
         if vr + mask < n {
             let peer = real(vr + mask);
-            let sink = Sink::Reduce { buf: &mut *buf, dtype, op };
+            let sink = match src.take() {
+                Some(src) => Sink::ReduceFrom { buf: &mut *buf, src, dtype, op },
+                None => Sink::Reduce { buf: &mut *buf, dtype, op },
+            };
             t.exchange(&mut [Xfer::Recv { peer, tag: s.tag, sink }], s.deadline)?;
         }
         mask <<= 1;

@@ -56,6 +56,9 @@ pub enum Sink<'a> {
     Copy(&'a mut [u8]),
     /// Combined into the buffer: `buf[i] = buf[i] op incoming[i]`.
     Reduce { buf: &'a mut [u8], dtype: DataType, op: ReduceOp },
+    /// Combined with `src` (as long as `buf`) into the buffer: `buf[i] = src[i] op
+    /// incoming[i]`, which spares copying `src` into `buf` first.
+    ReduceFrom { buf: &'a mut [u8], src: &'a [u8], dtype: DataType, op: ReduceOp },
 }
 
 impl Sink<'_> {
@@ -64,7 +67,7 @@ impl Sink<'_> {
     }
     pub fn len(&self) -> usize {
         match self {
-            Sink::Copy(b) | Sink::Reduce { buf: b, .. } => b.len(),
+            Sink::Copy(b) | Sink::Reduce { buf: b, .. } | Sink::ReduceFrom { buf: b, .. } => b.len(),
         }
     }
 
@@ -79,6 +82,11 @@ impl Sink<'_> {
             Sink::Reduce { buf, dtype, op } => {
                 let n = bytes.len() - bytes.len() % dtype.size();
                 reduce::reduce_into(*dtype, *op, &mut buf[at..at + n], &bytes[..n]);
+                n
+            }
+            Sink::ReduceFrom { buf, src, dtype, op } => {
+                let n = bytes.len() - bytes.len() % dtype.size();
+                reduce::reduce_many(*dtype, *op, &mut buf[at..at + n], &[&src[at..at + n], &bytes[..n]]);
                 n
             }
         }

@@ -256,7 +256,16 @@ mod tests {
     use crate::transport::shm::Layout;
     use proptest::prelude::*;
 
-    fn pass(lens: &[usize], budget: usize, reduce: bool) {
+    /// How the receiver takes each message: copied, summed into zeros, or summed with a
+    /// separate source of ones (`Sink::ReduceFrom`).
+    #[derive(Debug, Clone, Copy)]
+    enum Take {
+        Copy,
+        Reduce,
+        ReduceFrom,
+    }
+
+    fn pass(lens: &[usize], budget: usize, take: Take) {
         let seg = Arc::new(Segment::create(Layout::new(2, 4096, 4096)).unwrap());
         let (mut tx, mut rx) = (ShmTx::new(seg.clone(), 0, 1), ShmRx::new(seg, 0, 1));
         let mut rxs = RxState::default();
@@ -264,16 +273,18 @@ mod tests {
             let len = len / 4 * 4;
             let data: Vec<u8> = (0..len).map(|i| (i * 7 + m) as u8).collect();
             let mut got = vec![0u8; len];
+            let ones: Vec<u8> = (0..len / 4).flat_map(|_| 1i32.to_le_bytes()).collect();
             let (mut st, mut sent, mut received) = (SendProgress::default(), false, false);
             let mut rounds = 0;
             while !(sent && received) {
                 if !sent {
                     sent = tx.send((m as u64, Fingerprint::NONE), &data, &mut st, budget).done;
                 }
-                let mut sink = if reduce {
-                    Sink::Reduce { buf: &mut got, dtype: DataType::I32, op: ReduceOp::Sum }
-                } else {
-                    Sink::Copy(&mut got)
+                let (dtype, op) = (DataType::I32, ReduceOp::Sum);
+                let mut sink = match take {
+                    Take::Copy => Sink::Copy(&mut got),
+                    Take::Reduce => Sink::Reduce { buf: &mut got, dtype, op },
+                    Take::ReduceFrom => Sink::ReduceFrom { buf: &mut got, src: &ones, dtype, op },
                 };
                 if !received {
                     received = rxs
@@ -284,16 +295,24 @@ mod tests {
                 rounds += 1;
                 assert!(rounds < 100_000, "no progress");
             }
-            // A reducing receiver started from zeros, so its sum is the data itself.
-            assert_eq!(got, data, "message {m}");
+            // Summed into zeros is the data itself; with ones, every i32 of it plus one.
+            let want: Vec<u8> = match take {
+                Take::Copy | Take::Reduce => data,
+                Take::ReduceFrom => data
+                    .chunks(4)
+                    .flat_map(|c| i32::from_le_bytes(c.try_into().unwrap()).wrapping_add(1).to_le_bytes())
+                    .collect(),
+            };
+            assert_eq!(got, want, "message {m}, {take:?}");
         }
     }
 
     #[test]
     fn short_payloads_ride_in_their_header_record() {
         // Around the inline limit, copied and reduced, with room for only a few records.
-        pass(&[0, 4, 8, 28, 32, 36, 60, 64, 68, 0, 32, 36], 4096, false);
-        pass(&[0, 4, 8, 28, 32, 36, 60, 64, 68, 0, 32, 36], 8, true);
+        pass(&[0, 4, 8, 28, 32, 36, 60, 64, 68, 0, 32, 36], 4096, Take::Copy);
+        pass(&[0, 4, 8, 28, 32, 36, 60, 64, 68, 0, 32, 36], 8, Take::Reduce);
+        pass(&[0, 4, 8, 28, 32, 36, 60, 64, 68, 0, 32, 36], 8, Take::ReduceFrom);
     }
 
     proptest! {
@@ -301,9 +320,9 @@ mod tests {
         fn messages_arrive_whole_and_in_order(
             lens in prop::collection::vec(0usize..20_000, 1..12),
             budget in 4usize..9000,
-            reduce: bool,
+            take in prop_oneof![Just(Take::Copy), Just(Take::Reduce), Just(Take::ReduceFrom)],
         ) {
-            pass(&lens, budget, reduce);
+            pass(&lens, budget, take);
         }
     }
 }
