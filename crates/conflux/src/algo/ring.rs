@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::moves::{run_step, Move};
-use super::{carve, Circle, Red, Step};
+use super::{carve, split2, Circle, Red, Step};
 use crate::dtype::{DataType, ReduceOp};
 use crate::transport::{LinkError, Sink, Transport, Xfer};
 
@@ -87,6 +87,31 @@ pub(crate) fn all_reduce(
     op: ReduceOp,
 ) -> Result<(), LinkError> {
     reduce_scatter(t, s, c, buf, blocks, 0, (dtype, op))?;
+    all_gather(t, s, c, buf, blocks, 1)
+}
+
+/// all_reduce of a separate `input` into `buf`, nothing copied first: the reduce-scatter
+/// combines each block it receives (every block but this rank's own, once each) with that
+/// block of `input`, straight into `buf`, and its first send is this rank's own block of
+/// `input`; the all-gather then fills the rest of `buf`, own block included.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn all_reduce_from(
+    t: &mut Transport,
+    s: &Step,
+    c: &Circle<'_>,
+    input: &[u8],
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    for (k, m) in moves(c, blocks, 0, true).enumerate() {
+        let (out, into) = split2(buf, &m.send, &m.recv);
+        let data = if k == 0 { &input[m.send.clone()] } else { out };
+        let sink = Sink::ReduceFrom { buf: into, src: &input[m.recv.clone()], dtype, op };
+        let mut xfers = [Xfer::Send { peer: m.to, tag: s.tag, data }, Xfer::Recv { peer: m.from, tag: s.tag, sink }];
+        t.exchange(&mut xfers, s.deadline)?;
+    }
     all_gather(t, s, c, buf, blocks, 1)
 }
 

@@ -100,7 +100,7 @@ const fn row(algo: Algo, run: Run) -> Row {
 
 /// Every schedule conflux has.
 pub(crate) const TABLE: &[Row] = &[
-    Row { pieces: true, ..row(Algo::Ring, Run::AllReduce(|cx, out, (d, op)| ring_pieces(cx, out, d, op))) },
+    Row { pieces: true, ..row(Algo::Ring, Run::AllReduceFrom(ring_all_reduce)) },
     row(Algo::Ring, Run::Reduce(ring_reduce)),
     row(Algo::Ring, Run::AllGather(|cx, buf, b| ring::all_gather(cx.t, &cx.s, &Circle::whole(&cx.s), buf, b, 0))),
     row(Algo::Ring, Run::ReduceScatter(ring_reduce_scatter)),
@@ -147,6 +147,23 @@ pub(crate) fn find(algo: Algo, op: OpKind) -> Option<&'static Row> {
 fn single<'a>(out: &'a mut [&mut [u8]]) -> &'a mut [u8] {
     debug_assert_eq!(out.len(), 1, "a row without pieces got a coalesced all_reduce");
     &mut *out[0]
+}
+
+/// The ring reads a separate input of one piece where it is; pieces go as `ring_pieces`
+/// has them, from a copy of the input.
+fn ring_all_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, out: &mut [&mut [u8]], (dtype, op): Red) -> R {
+    match (input, &mut *out) {
+        (Some(i), [one]) => {
+            let blocks = even_blocks(one.len() / dtype.size(), cx.s.size, dtype.size());
+            ring::all_reduce_from(cx.t, &cx.s, &Circle::whole(&cx.s), i, one, &blocks, dtype, op)
+        }
+        _ => {
+            if let Some(i) = input {
+                out[0].copy_from_slice(i);
+            }
+            ring_pieces(cx, out, dtype, op)
+        }
+    }
 }
 
 fn ring_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: usize, (dtype, op): Red) -> R {
