@@ -131,17 +131,37 @@ pub(crate) fn folded_all_reduce(
     folded(t, s, buf, |_| all.clone(), |_| all.clone(), Some((dtype, op)), body)
 }
 
-pub(crate) fn all_reduce(cx: &mut Ctx<'_>, buf: &mut [u8], dtype: DataType, op: ReduceOp) -> Result<(), LinkError> {
+/// all_reduce into `buf`, of `input` if given (else of `buf` itself). Without folded ranks
+/// the first step sends `input` as it is and combines the partner's data with it straight
+/// into `buf`: nothing is copied first.
+pub(crate) fn all_reduce(
+    cx: &mut Ctx<'_>,
+    mut input: Option<&[u8]>,
+    buf: &mut [u8],
+    dtype: DataType,
+    op: ReduceOp,
+) -> Result<(), LinkError> {
+    if Fold::new(cx.s.size).p != cx.s.size {
+        // Folded pairs hand whole buffers over first: they work in `buf`.
+        if let Some(i) = input.take() {
+            buf.copy_from_slice(i);
+        }
+    }
     let (t, s, mine) = (&mut *cx.t, &cx.s, &mut *cx.staging);
     folded_all_reduce(t, s, buf, dtype, op, |t, buf, v, f| {
         // The partner's data reduces into `buf` while this rank's copy is on its way out.
         let mut mask = 1;
         let mut r = Ok(());
         while mask < f.p && r.is_ok() {
-            mine.clear();
-            mine.extend_from_slice(buf);
             let peer = f.rank_of(v ^ mask);
-            r = trade(t, s, peer, mine, Sink::Reduce { buf, dtype, op });
+            r = match input.take() {
+                Some(src) => trade(t, s, peer, src, Sink::ReduceFrom { buf: &mut *buf, src, dtype, op }),
+                None => {
+                    mine.clear();
+                    mine.extend_from_slice(buf);
+                    trade(t, s, peer, mine, Sink::Reduce { buf: &mut *buf, dtype, op })
+                }
+            };
             mask *= 2;
         }
         r

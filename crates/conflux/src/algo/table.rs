@@ -111,7 +111,7 @@ pub(crate) const TABLE: &[Row] = &[
     row(Algo::Tree, Run::AllReduce(|cx, out, (d, op)| tree::all_reduce(cx.t, &cx.s, single(out), d, op))),
     row(Algo::Tree, Run::Broadcast(|cx, buf, root, _| tree::broadcast(cx.t, &cx.s, buf, root))),
     row(Algo::Tree, Run::Reduce(tree_reduce)),
-    row(Algo::Rd, Run::AllReduce(|cx, out, (d, op)| rd::all_reduce(cx, single(out), d, op))),
+    row(Algo::Rd, Run::AllReduceFrom(|cx, input, out, (d, op)| rd::all_reduce(cx, input, single(out), d, op))),
     row(Algo::Rd, Run::AllGather(|cx, buf, b| rd::all_gather(cx.t, &cx.s, buf, b))),
     row(Algo::Rd, Run::ReduceScatter(|cx, buf, b, (d, op)| rd::reduce_scatter(cx.t, &cx.s, buf, b, d, op))),
     row(
