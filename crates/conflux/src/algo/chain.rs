@@ -42,10 +42,7 @@ pub(crate) fn reduce(
     let n = s.size;
     // Position along the chain, counted from its far end (root - 1) at 0 to the root at n - 1.
     let pos = (root + n - 1 - s.rank) % n;
-    pipeline(t, s, buf, src, pos, (s.right(), s.left()), dtype.size(), |into, mine| match mine {
-        Some(src) => Sink::ReduceFrom { buf: into, src, dtype, op },
-        None => Sink::Reduce { buf: into, dtype, op },
-    })
+    pipeline(t, s, buf, src, pos, (s.right(), s.left()), dtype.size(), |into, mine| Sink::reduce(into, mine, dtype, op))
 }
 
 /// The chain's steps at position `pos` (0 starts, n - 1 ends), receiving from `from` and

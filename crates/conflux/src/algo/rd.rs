@@ -154,14 +154,16 @@ pub(crate) fn all_reduce(
         let mut r = Ok(());
         while mask < f.p && r.is_ok() {
             let peer = f.rank_of(v ^ mask);
-            r = match input.take() {
-                Some(src) => trade(t, s, peer, src, Sink::ReduceFrom { buf: &mut *buf, src, dtype, op }),
+            let src = input.take();
+            let data = match src {
+                Some(src) => src,
                 None => {
                     mine.clear();
                     mine.extend_from_slice(buf);
-                    trade(t, s, peer, mine, Sink::Reduce { buf: &mut *buf, dtype, op })
+                    &mine[..]
                 }
             };
+            r = trade(t, s, peer, data, Sink::reduce(&mut *buf, src, dtype, op));
             mask *= 2;
         }
         r

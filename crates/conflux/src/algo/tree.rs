@@ -119,10 +119,7 @@ pub(crate) fn reduce(
         }
         if vr + mask < n {
             let peer = real(vr + mask);
-            let sink = match src.take() {
-                Some(src) => Sink::ReduceFrom { buf: &mut *buf, src, dtype, op },
-                None => Sink::Reduce { buf: &mut *buf, dtype, op },
-            };
+            let sink = Sink::reduce(&mut *buf, src.take(), dtype, op);
             t.exchange(&mut [Xfer::Recv { peer, tag: s.tag, sink }], s.deadline)?;
         }
         mask <<= 1;

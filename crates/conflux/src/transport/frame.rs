@@ -61,7 +61,15 @@ pub enum Sink<'a> {
     ReduceFrom { buf: &'a mut [u8], src: &'a [u8], dtype: DataType, op: ReduceOp },
 }
 
-impl Sink<'_> {
+impl<'a> Sink<'a> {
+    /// Combines what arrives into `buf`: with `buf`'s own data, or with `src` where given.
+    pub fn reduce(buf: &'a mut [u8], src: Option<&'a [u8]>, dtype: DataType, op: ReduceOp) -> Sink<'a> {
+        match src {
+            Some(src) => Sink::ReduceFrom { buf, src, dtype, op },
+            None => Sink::Reduce { buf, dtype, op },
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
