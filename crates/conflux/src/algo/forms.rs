@@ -1,6 +1,7 @@
 //! The forms a call's buffers take on their way into a schedule, shared by the table's rows:
-//! a reduce's working copy on the ranks that are not its root, a reduce_scatter's staged input,
-//! a coalesced all_reduce's small pieces packed into one message, and Avg's final division.
+//! a reduce's working buffer on the ranks that are not its root (a copy, or scratch for a
+//! schedule that reads the data where it is), a reduce_scatter's staged input, a coalesced
+//! all_reduce's small pieces packed into one message, and Avg's final division.
 
 use std::ops::Range;
 
