@@ -58,11 +58,18 @@ pub(crate) fn on_reduce_scratch(
     if cx.s.rank == root {
         return f(cx, buf, input);
     }
+    let len = buf.len();
+    on_scratch(cx, len, |cx, work| f(cx, work, Some(input.unwrap_or(buf))))
+}
+
+/// Runs `f` on `len` bytes of the lane's staging buffer as scratch: their contents are left
+/// over from earlier calls, and its pages stay faulted in (see `in_staging`).
+pub(crate) fn on_scratch<R>(cx: &mut Ctx<'_>, len: usize, f: impl FnOnce(&mut Ctx<'_>, &mut [u8]) -> R) -> R {
     let mut work = std::mem::take(cx.staging);
-    if work.len() < buf.len() {
-        work.resize(buf.len(), 0);
+    if work.len() < len {
+        work.resize(len, 0);
     }
-    let r = f(cx, &mut work[..buf.len()], Some(input.unwrap_or(buf)));
+    let r = f(cx, &mut work[..len]);
     *cx.staging = work;
     r
 }

@@ -115,6 +115,32 @@ pub(crate) fn all_reduce_from(
     all_gather(t, s, c, buf, blocks, 1)
 }
 
+/// reduce_scatter of a separate `input` (in `blocks`, one per rank) into `out`, this rank's
+/// block, nothing copied first: each block received is combined with the input's straight
+/// into `work` (scratch as long as `input`), or into `out` for the last, this rank's own; the
+/// first send is taken from the input.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reduce_scatter_from(
+    t: &mut Transport,
+    s: &Step,
+    input: &[u8],
+    work: &mut [u8],
+    out: &mut [u8],
+    blocks: &[Range<usize>],
+    (dtype, op): Red,
+) -> Result<(), LinkError> {
+    let c = Circle::whole(s);
+    for (k, m) in moves(&c, blocks, -1, true).enumerate() {
+        let (sent, into) = split2(work, &m.send, &m.recv);
+        let data = if k == 0 { &input[m.send.clone()] } else { sent };
+        let into = if k + 2 == c.len { &mut *out } else { into };
+        let sink = Sink::ReduceFrom { buf: into, src: &input[m.recv.clone()], dtype, op };
+        let mut xfers = [Xfer::Send { peer: m.to, tag: s.tag, data }, Xfer::Recv { peer: m.from, tag: s.tag, sink }];
+        t.exchange(&mut xfers, s.deadline)?;
+    }
+    Ok(())
+}
+
 /// reduce to `root`: ring reduce-scatter (rank r ends with block r), then every rank sends its
 /// block to the root. Non-root ranks' `buf` ends as scratch (the caller passes a copy).
 pub(crate) fn reduce(

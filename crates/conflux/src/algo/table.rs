@@ -11,7 +11,7 @@
 use std::ops::Range;
 
 use super::coll::Coll;
-use super::forms::{finish_avg, on_reduce_buffer, on_reduce_scratch, on_scatter_buffer, ring_pieces};
+use super::forms::{finish_avg, on_reduce_buffer, on_reduce_scratch, on_scatter_buffer, on_scratch, ring_pieces};
 use super::{bruck, chain, direct, even_blocks, hier, ordered, pairwise, rabenseifner, rd, ring, sag, tree};
 use super::{Algo, Blocks, Circle, Ctx, OpKind, Red};
 use crate::dtype::DataType;
@@ -103,7 +103,7 @@ pub(crate) const TABLE: &[Row] = &[
     Row { pieces: true, ..row(Algo::Ring, Run::AllReduceFrom(ring_all_reduce)) },
     row(Algo::Ring, Run::Reduce(ring_reduce)),
     row(Algo::Ring, Run::AllGather(|cx, buf, b| ring::all_gather(cx.t, &cx.s, &Circle::whole(&cx.s), buf, b, 0))),
-    row(Algo::Ring, Run::ReduceScatter(ring_reduce_scatter)),
+    row(Algo::Ring, Run::ReduceScatterFrom(ring_reduce_scatter)),
     Row { pieces: true, needs: Needs::OneSegment, ..row(Algo::Direct, Run::AllReduceFrom(direct::all_reduce)) },
     Row { needs: Needs::OneSegment, ..row(Algo::Direct, Run::AllGather(direct::blocks::all_gather)) },
     Row { needs: Needs::OneSegment, ..row(Algo::Direct, Run::ReduceScatterFrom(direct::blocks::reduce_scatter)) },
@@ -179,8 +179,15 @@ fn chain_reduce(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], root: us
     on_reduce_scratch(cx, root, input, buf, |cx, work, src| chain::reduce(cx.t, &cx.s, work, src, root, dtype, op))
 }
 
-fn ring_reduce_scatter(cx: &mut Ctx<'_>, buf: &mut [u8], blocks: &[Range<usize>], (dtype, op): Red) -> R {
-    ring::reduce_scatter(cx.t, &cx.s, &Circle::whole(&cx.s), buf, blocks, -1, (dtype, op))
+/// In place on `buf`, or from a separate input into `buf` with the lane's staging buffer as
+/// scratch (`on_scratch`), nothing copied.
+fn ring_reduce_scatter(cx: &mut Ctx<'_>, input: Option<&[u8]>, buf: &mut [u8], blocks: &[Range<usize>], red: Red) -> R {
+    match input {
+        None => ring::reduce_scatter(cx.t, &cx.s, &Circle::whole(&cx.s), buf, blocks, -1, red),
+        Some(i) => {
+            on_scratch(cx, i.len(), |cx, work| ring::reduce_scatter_from(cx.t, &cx.s, i, work, buf, blocks, red))
+        }
+    }
 }
 
 /// Copies this rank's own block of an all_to_all, which schedules that exchange only with
