@@ -458,8 +458,12 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             };
             windows * m.sync_us * m.sync_factor(topo) + b * cp / faster
         }
-        // All_gather's cache factor, but 2.5x whatever the load: at 2 ranks direct's
-        // reduce_scatter writes half of what its all_gather does and beats the ring from 32 KiB.
+        // At 2 ranks the ring is one exchange that reads the input where it is, combines the
+        // peer's block with it straight into the output and copies nothing: from 16 KiB it
+        // beat direct (--report-auto, 3 runs, 8 KiB - 16 MiB: direct at 0.47-0.77 of the
+        // ring's busbw, even at 8 KiB).
+        (ReduceScatter, Direct) if topo.size <= 2 && call.bytes > 8 << 10 => return None,
+        // All_gather's cache factor, but 2.5x whatever the load.
         (ReduceScatter, Direct) => {
             let windows = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
             let copies = b * cp / if cached { 2.5 } else { 1.0 };

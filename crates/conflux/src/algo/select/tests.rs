@@ -212,10 +212,14 @@ fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
     let two = Topo::single(2, true);
     assert_eq!(choose(&m, &call(OpKind::AllGather, 64), &two, None), Ok(Algo::Direct));
     assert_eq!(choose(&m, &call(OpKind::AllGather, 32 << 10), &two, None), Ok(Algo::Ring));
-    // At 2 ranks direct's reduce_scatter beats the ring's single exchange (measured, 512 B -
-    // 8 KiB: 1.1-1.35x the ring's busbw, even to 64 KiB).
-    for bytes in [64, 512, 4 << 10, 8 << 20] {
+    // At 2 ranks direct's reduce_scatter beats the ring's single exchange to 8 KiB (measured,
+    // 512 B - 8 KiB: 1.1-1.35x the ring's busbw), and the ring, which copies nothing, beats it
+    // from 16 KiB (1.3-2.1x).
+    for bytes in [64, 512, 4 << 10] {
         assert_eq!(choose(&m, &call(OpKind::ReduceScatter, bytes), &two, None), Ok(Algo::Direct), "{bytes}");
+    }
+    for bytes in [16 << 10, 512 << 10, 8 << 20] {
+        assert_eq!(choose(&m, &call(OpKind::ReduceScatter, bytes), &two, None), Ok(Algo::Ring), "{bytes}");
     }
     assert_eq!(choose(&m, &call(OpKind::ReduceScatter, 64), &two, Some(Algo::Direct)), Ok(Algo::Direct));
     for op in [OpKind::AllGather, OpKind::ReduceScatter] {
