@@ -396,6 +396,11 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
             let chunks = (call.bytes as f64 / 2.0 / (64 << 10) as f64).ceil().max(1.0);
             2.0 * (chunks + logn) * a + 2.0 * b * beta * shared + b * g
         }
+        // At 2 ranks the ring, rd and Rabenseifner are one or two exchanges that copy nothing
+        // (out of place they read the input where it is): past 2 MiB they beat direct, in
+        // place and out of place (--report-auto, 5 runs, 4-16 MiB: direct at 0.56-0.83 of the
+        // best; even at 32-64 MiB).
+        (AllReduce, Direct) if topo.size <= 2 && call.bytes > 2 << 20 => return None,
         (AllReduce, Direct) => {
             let sync = m.sync_us * m.sync_factor(topo);
             if call.bytes as f64 / n <= (16 << 10) as f64 {
