@@ -119,7 +119,6 @@ pub(crate) fn all_reduce_from(
 /// block, nothing copied first: each block received is combined with the input's straight
 /// into `work` (scratch as long as `input`), or into `out` for the last, this rank's own; the
 /// first send is taken from the input.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce_scatter_from(
     t: &mut Transport,
     s: &Step,
