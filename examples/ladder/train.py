@@ -15,7 +15,8 @@ gradients are averaged across ranks changes (see README.md):
     5 sched     as 4, but nothing is waited for after backward: each bucket is waited for, and
                 the optimizer applied to its parameters, just before the next step's forward
                 first needs them (forward pre-hooks), overlapping step k's communication with
-                step k+1's forward
+                step k+1's forward; buckets start in a fixed order (--hold-mb, --early-mb),
+                gradients are views of the bucket buffers, buckets alternate over --lanes groups
 
 Rank 0 writes --out (JSON) and prints one line ending in "ladder ok".
 """
@@ -221,7 +222,8 @@ def link(model, world, bucket_mb, **_):
 
 class AsyncBuckets:
     """Rung 4's machinery: a post-accumulate-grad hook on every parameter counts the bucket's
-    ready gradients; the bucket's last one flattens it and starts an async all_reduce."""
+    ready gradients; once a bucket is whole and its turn in `order` has come, it is flattened
+    (or already is, with views) and its async all_reduce starts on the next of `groups`."""
 
     def __init__(self, params, buckets, world, order=None, groups=(None,)):
         self.buckets, self.world, self.groups = buckets, world, groups
@@ -268,7 +270,8 @@ class AsyncBuckets:
             self.issued += 1
 
     def finish(self, i):
-        """Waits for bucket i and writes its averaged gradients back."""
+        """Waits for bucket i and averages its gradients: in place with views, else written
+        back from the flat copy."""
         flat, work = self.pending.pop(i)
         blocking(work.wait)
         if self.flats is not None:
