@@ -382,6 +382,19 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     use Algo::*;
     use OpKind::*;
     let t = match (call.op, algo) {
+        // At 2 ranks rd's one exchange, whose reduction follows the peer's data in as it
+        // arrives, beats the two exchanges of half the message that the ring and Rabenseifner
+        // make, to 128 KiB: in the same runs the ring took 1.04-1.2x rd's time at 8-64 KiB out
+        // of place and 1.0-1.2x in place, Rabenseifner 1.2x out of place at 64-128 KiB. From
+        // 256 KiB they are even, and past 2 MiB the ring is the safer (rd at 0.87 at 64 MiB
+        // once). A coalesced call, which rd cannot take, keeps the ring; so do f16 and bf16,
+        // whose whole-message reduction costs rd more than the exchange saves (bf16, same
+        // runs: rd at 0.70-0.93 of the ring at 8-128 KiB).
+        (AllReduce, Ring | Rabenseifner)
+            if topo.size <= 2 && !call.pieces && !call.half && call.bytes <= 128 << 10 =>
+        {
+            return None
+        }
         (AllReduce, Ring) => ring(2.0 * (n - 1.0), 2.0 * (n - 1.0) / n, (n - 1.0) / n),
         (AllReduce, Rd) => {
             let out = logp - intra + 2.0 * folded;
@@ -399,8 +412,10 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // At 2 ranks the ring, rd and Rabenseifner are one or two exchanges that copy nothing
         // (out of place they read the input where it is): past 2 MiB they beat direct, in
         // place and out of place (--report-auto, 5 runs, 4-16 MiB: direct at 0.56-0.83 of the
-        // best; even at 32-64 MiB).
-        (AllReduce, Direct) if topo.size <= 2 && call.bytes > 2 << 20 => return None,
+        // best; even at 32-64 MiB). Since rd and the ring stopped copying their input, they
+        // beat it from 8 KiB too (--report-auto -f 2, in place and out of place, 8-32 KiB:
+        // direct took 1.2-1.4x rd's time, intervals within 0.02; 4 KiB even).
+        (AllReduce, Direct) if topo.size <= 2 && call.bytes > 4 << 10 => return None,
         (AllReduce, Direct) => {
             let sync = m.sync_us * m.sync_factor(topo);
             if call.bytes as f64 / n <= (16 << 10) as f64 {
