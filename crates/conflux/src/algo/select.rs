@@ -390,9 +390,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // once). A coalesced call, which rd cannot take, keeps the ring; so do f16 and bf16,
         // whose whole-message reduction costs rd more than the exchange saves (bf16, same
         // runs: rd at 0.70-0.93 of the ring at 8-128 KiB).
-        (AllReduce, Ring | Rabenseifner)
-            if topo.size <= 2 && !call.pieces && !call.half && call.bytes <= 128 << 10 =>
-        {
+        (AllReduce, Ring | Rabenseifner) if topo.size <= 2 && !call.pieces && !call.half && call.bytes <= 128 << 10 => {
             return None
         }
         (AllReduce, Ring) => ring(2.0 * (n - 1.0), 2.0 * (n - 1.0) / n, (n - 1.0) / n),
