@@ -384,13 +384,21 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     let t = match (call.op, algo) {
         // At 2 ranks rd's one exchange, whose reduction follows the peer's data in as it
         // arrives, beats the two exchanges of half the message that the ring and Rabenseifner
-        // make, to 128 KiB: in the same runs the ring took 1.04-1.2x rd's time at 8-64 KiB out
-        // of place and 1.0-1.2x in place, Rabenseifner 1.2x out of place at 64-128 KiB. From
-        // 256 KiB they are even, and past 2 MiB the ring is the safer (rd at 0.87 at 64 MiB
-        // once). A coalesced call, which rd cannot take, keeps the ring; so do f16 and bf16,
-        // whose whole-message reduction costs rd more than the exchange saves (bf16, same
-        // runs: rd at 0.70-0.93 of the ring at 8-128 KiB).
-        (AllReduce, Ring | Rabenseifner) if topo.size <= 2 && !call.pieces && !call.half && call.bytes <= 128 << 10 => {
+        // make, to 128 KiB on shared memory: in the same runs the ring took 1.04-1.2x rd's
+        // time at 8-64 KiB out of place and 1.0-1.2x in place, Rabenseifner 1.2x out of place
+        // at 64-128 KiB; from 256 KiB they are even, and past 2 MiB the ring is the safer (rd
+        // at 0.87 at 64 MiB once). Over TCP (loopback, --algo ring,rd -f 2) to 512 KiB: the
+        // ring took 1.1-1.2x rd's time at 256-512 KiB out of place, 1.1-1.2x in place; at 1
+        // MiB even out of place, rd 1.27x the ring's in place. A coalesced call, which rd
+        // cannot take, keeps the ring; so do f16 and bf16, whose whole-message reduction costs
+        // rd more than the exchange saves (bf16 on shared memory: rd at 0.70-0.93 of the ring
+        // at 8-128 KiB).
+        (AllReduce, Ring | Rabenseifner)
+            if topo.size <= 2
+                && !call.pieces
+                && !call.half
+                && call.bytes <= if across || topo.local_tcp { 512 << 10 } else { 128 << 10 } =>
+        {
             return None
         }
         (AllReduce, Ring) => ring(2.0 * (n - 1.0), 2.0 * (n - 1.0) / n, (n - 1.0) / n),

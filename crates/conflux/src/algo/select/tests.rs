@@ -239,6 +239,12 @@ fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
     // it (measured, 8-128 KiB: rd at 0.70-0.93 of the ring).
     let bf16 = Call { half: true, ..call(OpKind::AllReduce, 32 << 10) };
     assert_eq!(choose(&m, &bf16, &two, None), Ok(Algo::Ring));
+    // Over TCP rd keeps it to 512 KiB (measured, loopback: the ring 1.1-1.2x rd's time at
+    // 256-512 KiB; rd 1.27x the ring's at 1 MiB in place).
+    let tcp = Topo { local_tcp: true, ..Topo::single(2, false) };
+    for (bytes, algo) in [(8, Algo::Rd), (512 << 10, Algo::Rd), (1 << 20, Algo::Ring), (64 << 20, Algo::Ring)] {
+        assert_eq!(choose(&m, &call(OpKind::AllReduce, bytes), &tcp, None), Ok(algo), "tcp {bytes}");
+    }
     for op in [OpKind::AllGather, OpKind::ReduceScatter] {
         // Without a segment (TCP on one host), direct cannot serve.
         let tcp = Topo { local_tcp: true, ..Topo::single(4, false) };
