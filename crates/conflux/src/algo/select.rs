@@ -341,10 +341,14 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // blocks once the working set leaves the cache: on one host, all_gather and
     // reduce_scatter took 1.1-1.3x the ring's time from 512 KiB at 8 ranks and from 2 MiB at 4
     // (where rd was up to 2x faster at 128 KiB); across netns TCP at 2x2, from 32 KiB per rank.
-    let spills = if across || topo.local_tcp {
+    // Over loopback TCP (CONFLUX_TRANSPORT=tcp on one host) only from 32 MiB in all: at 4
+    // ranks rd took 0.55-0.8x the ring's time for all_gather and reduce_scatter of 64 KiB - 1
+    // MiB, even at 2-4 MiB, and lost at 8 MiB (ring 1.15-1.25x faster); at 8 ranks rd took
+    // 0.6-0.8x to 256 KiB, even at 1-4 MiB.
+    let spills = if across {
         call.bytes / topo.size.max(1) >= 32 << 10
     } else {
-        call.bytes.saturating_mul(topo.size) >= 4 << 20
+        call.bytes.saturating_mul(topo.size) >= if topo.local_tcp { 32 << 20 } else { 4 << 20 }
     };
     let rd_big = if spills { 1.5 } else { 1.0 };
     // The chain's pipeline (chain.rs): its chunk in kB, its chunks, and its steps with the

@@ -177,6 +177,16 @@ fn recursive_doubling_yields_to_the_ring_when_the_working_set_spills() {
         assert_eq!(faster(op, 128 << 10, &eight), Algo::Rd, "{op}");
         assert_eq!(faster(op, 512 << 10, &eight), Algo::Ring, "{op}");
     }
+    // Over loopback TCP rd keeps up with the ring to 32 MiB in all (4 ranks: 0.55-0.8x its
+    // time to 1 MiB, even at 2-4 MiB, 1.15-1.25x at 8 MiB), and auto takes it for all_gather
+    // and reduce_scatter of 128 KiB - 4 MiB, where it took Bruck and the ring at 0.6-0.84 of rd.
+    let loopback = Topo { local_tcp: true, ..Topo::single(4, false) };
+    for op in [OpKind::AllGather, OpKind::ReduceScatter] {
+        for bytes in [128 << 10, 1 << 20, 4 << 20] {
+            assert_eq!(choose(&m, &call(op, bytes), &loopback, None), Ok(Algo::Rd), "{op} {bytes}");
+        }
+        assert_eq!(faster(op, 8 << 20, &loopback), Algo::Ring, "{op}");
+    }
 }
 
 /// With a shared segment the direct all_gather and reduce_scatter write each block once for
