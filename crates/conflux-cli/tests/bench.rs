@@ -191,3 +191,24 @@ fn latency_mode_times_calls_alone_and_checks_every_algorithm() {
         assert_eq!(r.split_whitespace().last(), Some("0"), "wrong elements: {r}\n{t}");
     }
 }
+
+/// Large pairwise all_to_all between processes of one host: each block of 128 KiB or more is
+/// read from the sender's memory (single copy), checked element by element; and the same
+/// through the rings with `CONFLUX_SINGLE_COPY=0`. Both ends of every pair must agree, so a
+/// rank that took the other way would fail the call, not pass it.
+#[test]
+fn large_all_to_all_by_single_copy_and_through_the_rings_is_checked() {
+    let args = ["bench", "all_to_all", "-n", "3", "-b", "512K", "-e", "4M", "-f", "8", "--iters", "3", "--algo"];
+    for single in ["1", "0"] {
+        let mut cmd = Command::new(CONFLUX);
+        cmd.args(args).args(["pairwise,auto", "--check"]);
+        cmd.env("CONFLUX_TIMEOUT_S", "60").env("CONFLUX_SINGLE_COPY", single).env_remove("CONFLUX_ALGO");
+        let out =
+            wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
+        let t = text(&out);
+        assert!(out.status.success(), "CONFLUX_SINGLE_COPY={single}: bench failed ({}):\n{t}", out.status);
+        let rows: Vec<&str> = t.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+        assert_eq!(rows.len(), 4, "two sizes, pairwise and auto:\n{t}");
+        assert!(rows.iter().all(|r| r.split_whitespace().last() == Some("0")), "wrong elements:\n{t}");
+    }
+}

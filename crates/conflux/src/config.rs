@@ -100,6 +100,10 @@ pub struct Config {
     pub node_id: Option<String>,
     /// Bytes of each shared-memory ring between two ranks (`CONFLUX_SHM_RING`, default 1M).
     pub shm_ring_bytes: usize,
+    /// Large all_to_all blocks between ranks of one host are read straight from the sender's
+    /// memory, one copy instead of two through a ring (`CONFLUX_SINGLE_COPY`, default on; see
+    /// transport/single_copy.rs). Every rank must agree.
+    pub single_copy: bool,
     /// Bytes per chunk of the direct shared-segment algorithm (`CONFLUX_SHM_CHUNK`, default 256K).
     pub shm_chunk_bytes: usize,
     /// Largest piece a TCP link writes or reduces at once (`CONFLUX_TCP_CHUNK`, default 256K).
@@ -169,6 +173,7 @@ impl Default for Config {
             tune_file: None,
             node_id: None,
             shm_ring_bytes: 1 << 20,
+            single_copy: true,
             shm_chunk_bytes: 256 << 10,
             tcp_chunk_bytes: 256 << 10,
             tcp_inflight: 8,
@@ -210,6 +215,7 @@ impl Config {
         c.trace = var("CONFLUX_TRACE").filter(|v| !v.is_empty()).map(Into::into);
         flag_var("CONFLUX_CHECKSUM", &mut c.checksum)?;
         flag_var("CONFLUX_DETERMINISTIC", &mut c.deterministic)?;
+        flag_var("CONFLUX_SINGLE_COPY", &mut c.single_copy)?;
         size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;
         size_var("CONFLUX_SHM_CHUNK", &mut c.shm_chunk_bytes)?;
         size_var("CONFLUX_TCP_CHUNK", &mut c.tcp_chunk_bytes)?;

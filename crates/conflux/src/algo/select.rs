@@ -518,15 +518,17 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         // the model leaves it out: pairwise's streams then win (measured, --algo all -f 4:
         // direct 1.1-2x faster to 128 KiB at 2-8 ranks and even at 512 KiB, pairwise 1.1x
         // faster at 2 MiB and 1.8x at 8 MiB on 4 ranks), which this sum does not foresee.
-        // (It was two: at 1 MiB, --algo direct,pairwise -f 2 gave direct 0.82x pairwise's
-        // time at 4 ranks and 0.76x at 8, and auto was at 0.77-0.85 of it; from 2 MiB at 8
-        // ranks and 4 MiB at 4, pairwise took 0.8-0.93x direct's.)
+        // (It was two: at 1 MiB and 4 ranks, --algo direct,pairwise -f 2 gave direct 0.75-0.82x
+        // pairwise's time, even with pairwise's blocks by single copy. At 8 ranks it stays two:
+        // direct's 1 MiB swung between 0.76x and 2.4x pairwise's from run to run, single
+        // copy's pairwise took 607-718 us steadily.)
         // At 2 ranks pairwise is one exchange through the ring, whose copy in and copy out
         // overlap: from 8 KiB it beat direct (--report-auto, 8-512 KiB: direct at 0.77-0.95 of
         // pairwise's busbw; even at 4 KiB).
         (AllToAll, Direct) => {
             let windows = (call.bytes as f64 / (256 << 10) as f64).ceil().max(1.0);
-            if windows > 4.0 || (topo.size <= 2 && call.bytes > 4 << 10) {
+            let most = if topo.size <= 4 { 4.0 } else { 2.0 };
+            if windows > most || (topo.size <= 2 && call.bytes > 4 << 10) {
                 return None;
             }
             let faster = if cached { 2.5 } else { 1.0 };

@@ -231,9 +231,12 @@ pub(crate) fn build(
 
     let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
     if let Some(seg) = &seg {
+        if cfg.single_copy {
+            crate::transport::single_copy::allow_peer_reads();
+        }
         for (pi, &p) in local_ranks.iter().enumerate() {
             if p != rank {
-                links[p] = Some(Link::shm(seg, me_local, pi));
+                links[p] = Some(Link::shm(seg, me_local, pi, cfg.single_copy.then_some(peers[p].pid)));
             }
         }
     }

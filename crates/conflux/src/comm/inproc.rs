@@ -25,7 +25,9 @@ const CHUNK: usize = 8 << 10;
 
 /// One rank's lane over `seg`, with `topo` as its planner's view of where the ranks are.
 fn lane(n: usize, rank: usize, seg: &Arc<Segment>, topo: &Topo) -> LaneState {
-    let links = (0..n).map(|p| (p != rank).then(|| Link::shm(seg, rank, p))).collect();
+    // Ranks that are threads of this process read each other's memory as peers' processes do.
+    let pid = Some(std::process::id());
+    let links = (0..n).map(|p| (p != rank).then(|| Link::shm(seg, rank, p, pid))).collect();
     let world: Arc<[usize]> = (0..n).collect();
     let abort = Arc::new(AtomicBool::new(false));
     let spin = Duration::from_micros(20);

@@ -16,6 +16,7 @@ mod posted;
 mod ring;
 pub(crate) mod rounds;
 pub(crate) mod shm;
+pub(crate) mod single_copy;
 mod tcp;
 pub(crate) mod wait;
 mod window;
@@ -133,15 +134,19 @@ pub(crate) struct Link {
     rx: RxState,
     /// The last collective call whose message to this peer went out whole.
     sent: u64,
+    /// The peer's process, when this rank may read its memory (`single_copy.rs`).
+    pid: Option<u32>,
 }
 
 impl Link {
-    pub fn shm(seg: &Arc<Segment>, me: usize, peer: usize) -> Link {
+    /// A link through segment `seg` to local rank `peer`, whose process `pid` this rank may
+    /// read large blocks from (None: never).
+    pub fn shm(seg: &Arc<Segment>, me: usize, peer: usize, pid: Option<u32>) -> Link {
         let wire = Wire::Shm { tx: ShmTx::new(seg.clone(), me, peer), rx: ShmRx::new(seg.clone(), peer, me) };
-        Link { wire, rx: RxState::default(), sent: 0 }
+        Link { wire, rx: RxState::default(), sent: 0, pid }
     }
     pub fn tcp(link: TcpLink) -> Link {
-        Link { wire: Wire::Tcp(link), rx: RxState::default(), sent: 0 }
+        Link { wire: Wire::Tcp(link), rx: RxState::default(), sent: 0, pid: None }
     }
 
     /// Whether this rank need not read the peer's call board on leaving collective call `seq`

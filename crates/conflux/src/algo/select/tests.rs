@@ -205,8 +205,8 @@ fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
             }
         }
     }
-    // all_to_all: direct while a call takes at most four windows, 1 MiB (at 2 ranks, up to 4
-    // KiB), then pairwise; uneven blocks (all_to_all_v) it cannot serve.
+    // all_to_all: direct while a call takes at most four windows, 1 MiB (two from 5 ranks; at
+    // 2 ranks, up to 4 KiB), then pairwise; uneven blocks (all_to_all_v) it cannot serve.
     for (n, load) in [(2, 1.0), (4, 2.0), (8, 4.0)] {
         let topo = Topo { load, ..Topo::single(n, true) };
         let pick = |bytes| choose(&m, &call(OpKind::AllToAll, bytes), &topo, None);
@@ -214,7 +214,7 @@ fn direct_serves_all_gather_and_reduce_scatter_on_one_host() {
         assert_eq!(pick(4 << 10), Ok(Algo::Direct), "{n}");
         let mid = if n == 2 { Algo::Pairwise } else { Algo::Direct };
         assert_eq!(pick(128 << 10), Ok(mid), "{n}");
-        assert_eq!(pick(1 << 20), Ok(mid), "{n}");
+        assert_eq!(pick(1 << 20), Ok(if n == 4 { Algo::Direct } else { Algo::Pairwise }), "{n}");
         assert_eq!(pick(2 << 20), Ok(Algo::Pairwise), "{n}");
         assert_eq!(pick(8 << 20), Ok(Algo::Pairwise), "{n}");
         let uneven = Call { even: false, ..call(OpKind::AllToAll, 8) };

@@ -142,7 +142,12 @@ fn check(
             // Uneven blocks where the row takes them (all_to_all_v): rank a sends rank b
             // len(a, b) elements, which is not len(b, a).
             let even = !row.uneven || salt.is_multiple_of(2);
-            let len = |a: usize, b: usize| if even { count } else { (a * 3 + b * 5 + count) % 7 };
+            // Large counts (`single_copy_blocks_match_the_reference`) keep most blocks large.
+            let len = |a: usize, b: usize| match (even, count >= SINGLE_COPY_COUNT) {
+                (true, _) => count,
+                (false, false) => (a * 3 + b * 5 + count) % 7,
+                (false, true) => count / (1 + (a + 2 * b) % 3) + (a * 3 + b * 5) % 7,
+            };
             let sent = |a: usize, b: usize| (0..len(a, b)).map(move |j| val(a, b * 100_000 + j, salt));
             let send = enc(d, (0..n).flat_map(|b| sent(me, b)));
             let want: Vec<f64> = (0..n).flat_map(|a| sent(a, me)).map(|v| v as f64).collect();
@@ -249,4 +254,41 @@ fn ordered_reductions_match_the_reference() {
         let failures: Vec<String> = failures.into_iter().flatten().collect();
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
+}
+
+/// f32 elements in a block that pairwise all_to_all moves by single copy (128 KiB and more).
+const SINGLE_COPY_COUNT: usize = crate::algo::pairwise::SINGLE_COPY_FROM / 4 + 100;
+
+/// Pairwise all_to_all and all_to_all_v with blocks large enough to go by single copy (the
+/// reader takes them from the sender's memory), at 2 to 4 ranks: against the reference, and
+/// again with every read refused, as a kernel that forbids them would (the blocks then come
+/// through the rings). Uneven calls mix large blocks with small ones, which take the ring.
+#[test]
+fn single_copy_blocks_match_the_reference() {
+    use crate::transport::single_copy::REFUSE_FOR_TEST;
+    use std::sync::atomic::Ordering;
+    let row =
+        TABLE.iter().find(|r| r.algo == crate::algo::Algo::Pairwise && r.op() == OpKind::AllToAll).expect("a row");
+    for refuse in [false, true] {
+        REFUSE_FOR_TEST.store(refuse, Ordering::SeqCst);
+        for n in 2..=4 {
+            let failures = with_ranks(n, &topo_of(n), None, |st, plan| {
+                let mut failures = Vec::new();
+                for (salt, count) in
+                    [(2, SINGLE_COPY_COUNT), (3, SINGLE_COPY_COUNT), (4, 3 * SINGLE_COPY_COUNT), (5, 40_000)]
+                {
+                    for kind in [(DataType::F32, ReduceOp::Sum), (DataType::I32, ReduceOp::Sum)] {
+                        match check(st, plan, row, count, kind, salt) {
+                            Ok(None) => {}
+                            r => failures.push(format!("{count} x {} at {n} ranks, refused {refuse}: {r:?}", kind.0)),
+                        }
+                    }
+                }
+                failures
+            });
+            let failures: Vec<String> = failures.into_iter().flatten().collect();
+            assert!(failures.is_empty(), "{}", failures.join("\n"));
+        }
+    }
+    REFUSE_FOR_TEST.store(false, Ordering::SeqCst);
 }
