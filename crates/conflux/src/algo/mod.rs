@@ -5,6 +5,7 @@
 //! receives through `Transport::exchange`.
 
 pub(crate) mod bruck;
+pub(crate) mod by_ref;
 pub(crate) mod chain;
 pub(crate) mod coll;
 pub(crate) mod direct;

@@ -257,30 +257,32 @@ fn ordered_reductions_match_the_reference() {
 }
 
 /// f32 elements in a block that pairwise all_to_all moves by single copy (128 KiB and more).
-const SINGLE_COPY_COUNT: usize = crate::algo::pairwise::SINGLE_COPY_FROM / 4 + 100;
+const SINGLE_COPY_COUNT: usize = crate::algo::by_ref::SINGLE_COPY_FROM / 4 + 100;
 
 /// Pairwise all_to_all and all_to_all_v with blocks large enough to go by single copy (the
-/// reader takes them from the sender's memory), at 2 to 4 ranks: against the reference, and
-/// again with every read refused, as a kernel that forbids them would (the blocks then come
-/// through the rings). Uneven calls mix large blocks with small ones, which take the ring.
+/// reader takes them from the sender's memory, `algo/by_ref.rs`), at 2 to 5 ranks:
+/// against the reference, and again with every read refused, as a kernel that forbids them
+/// would (the blocks then come through the rings). Uneven calls mix large blocks with small
+/// ones, which take the ring.
 #[test]
 fn single_copy_blocks_match_the_reference() {
+    use crate::algo::Algo;
     use crate::transport::single_copy::REFUSE_FOR_TEST;
     use std::sync::atomic::Ordering;
-    let row =
-        TABLE.iter().find(|r| r.algo == crate::algo::Algo::Pairwise && r.op() == OpKind::AllToAll).expect("a row");
+    let served = [(Algo::Pairwise, OpKind::AllToAll)];
+    let rows: Vec<&Row> = TABLE.iter().filter(|r| served.contains(&(r.algo, r.op()))).collect();
+    assert_eq!(rows.len(), 1);
+    let calls = [(2, SINGLE_COPY_COUNT), (3, SINGLE_COPY_COUNT), (4, 3 * SINGLE_COPY_COUNT), (5, 40_000)];
     for refuse in [false, true] {
         REFUSE_FOR_TEST.store(refuse, Ordering::SeqCst);
-        for n in 2..=4 {
+        for n in 2..=5 {
             let failures = with_ranks(n, &topo_of(n), None, |st, plan| {
                 let mut failures = Vec::new();
-                for (salt, count) in
-                    [(2, SINGLE_COPY_COUNT), (3, SINGLE_COPY_COUNT), (4, 3 * SINGLE_COPY_COUNT), (5, 40_000)]
-                {
+                for (row, (salt, count)) in rows.iter().flat_map(|r| calls.map(|c| (r, c))) {
                     for kind in [(DataType::F32, ReduceOp::Sum), (DataType::I32, ReduceOp::Sum)] {
-                        match check(st, plan, row, count, kind, salt) {
-                            Ok(None) => {}
-                            r => failures.push(format!("{count} x {} at {n} ranks, refused {refuse}: {r:?}", kind.0)),
+                        if let r @ (Ok(Some(_)) | Err(_)) = check(st, plan, row, count, kind, salt) {
+                            let what = format!("{} {count} x {} at {n} ranks", row.op(), kind.0);
+                            failures.push(format!("{what}, refused {refuse}: {r:?}"));
                         }
                     }
                 }
