@@ -10,17 +10,17 @@
 //! what Yama's `ptrace_scope` and a container's seccomp filter allow. Every rank lets any
 //! process of its user read it (`PR_SET_PTRACER_ANY`, as Open MPI does), and a refusal is not
 //! an error: the reader then asks the sender for the block through the ring
-//! (`algo/pairwise.rs`). The sender's buffer must stay as it is until the reader says it is
+//! (`algo/by_ref.rs`). The sender's buffer must stay as it is until the reader says it is
 //! done; that is the algorithm's part.
 
 use std::sync::Once;
+
+use super::{LinkError, Transport};
 
 /// Makes every read refused, as a kernel that forbids them would (the fallback's test). Other
 /// tests running meanwhile then take the fallback too, which gives the same results.
 #[cfg(test)]
 pub(crate) static REFUSE_FOR_TEST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-use super::{LinkError, Transport};
 
 /// How a read from a peer's memory went.
 pub(crate) enum PeerRead {
@@ -74,15 +74,16 @@ impl Transport {
                 done += n as usize;
                 continue;
             }
-            let err = std::io::Error::last_os_error();
-            let e = match err.raw_os_error() {
-                Some(libc::EPERM | libc::EACCES | libc::ENOSYS) if done == 0 => return Ok(PeerRead::Refused),
-                Some(libc::EINTR) => continue,
-                Some(libc::ESRCH) => LinkError::PeerGone { peer, detail: "its process is gone".into() },
-                _ if n == 0 => {
-                    LinkError::Io { peer, detail: format!("read {done} of {} bytes from its memory", dst.len()) }
+            let e = if n == 0 {
+                LinkError::Io { peer, detail: format!("read {done} of {} bytes from its memory", dst.len()) }
+            } else {
+                let err = std::io::Error::last_os_error();
+                match err.raw_os_error() {
+                    Some(libc::EPERM | libc::EACCES | libc::ENOSYS) if done == 0 => return Ok(PeerRead::Refused),
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ESRCH) => LinkError::PeerGone { peer, detail: "its process is gone".into() },
+                    _ => LinkError::Io { peer, detail: format!("reading its memory: {err}") },
                 }
-                _ => LinkError::Io { peer, detail: format!("reading its memory: {err}") },
             };
             return Err(self.fail(e));
         }
