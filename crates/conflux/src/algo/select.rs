@@ -514,8 +514,8 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         (AllToAll, Pairwise) => a * (1.0 + overlap * (n - 2.0).max(0.0)) + (n - 1.0) / n * b * beta * shared,
         // A transpose through the segment, as reduce_scatter's: each rank writes the N - 1
         // blocks it sends and reads the N - 1 it receives, a sync per window (counted here
-        // per slot of the whole buffer; the code's windows are per block). Over four windows
-        // the model leaves it out: pairwise's streams then win (measured, --algo all -f 4:
+        // per slot of the whole buffer; the code's windows are per block). Over four windows (two
+        // from 5 ranks) the model leaves it out: pairwise's streams then win (measured, --algo all -f 4:
         // direct 1.1-2x faster to 128 KiB at 2-8 ranks and even at 512 KiB, pairwise 1.1x
         // faster at 2 MiB and 1.8x at 8 MiB on 4 ranks), which this sum does not foresee.
         // (It was two: at 1 MiB and 4 ranks, --algo direct,pairwise -f 2 gave direct 0.75-0.82x
