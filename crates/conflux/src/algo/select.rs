@@ -360,8 +360,14 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
     // host its bytes are hops through shared memory (`rooted.rs`): a path after the latency,
     // and a work bound that the waits do not add to, since a waiting rank leaves its core to
     // the others (the work-span bound: no schedule beats its critical path, nor its work over
-    // the cores).
-    let one_host = !(across || topo.local_tcp);
+    // the cores). Over loopback TCP (CONFLUX_TRANSPORT=tcp on one host) the same holds from 2
+    // ranks per core, a hop costing a link's β where shared memory's costs a copy: priced
+    // along their path, the chain's pipelined hops took 4 ranks' large broadcasts (1-8 MiB)
+    // from the tree, which was 1.1-1.4x faster (--report-auto -f 2), both being bound by the
+    // same work. At 3 ranks on 2 cores the path still decides (the chain 1.15-1.2x faster at
+    // 2-16 MiB).
+    let one_host = !across && (!topo.local_tcp || topo.load >= 2.0);
+    let hop = if topo.local_tcp { work / flat.gbps } else { cp };
     let shape = rooted::Shape {
         bytes: call.bytes,
         n,
@@ -374,7 +380,7 @@ pub fn predict(m: &Model, algo: Algo, call: &Call, topo: &Topo) -> Option<f64> {
         if !one_host {
             return Some(lat + bytes);
         }
-        let (path, work) = rooted::bytes(call.op, algo, &shape, cp, g)?;
+        let (path, work) = rooted::bytes(call.op, algo, &shape, hop, g)?;
         Some((lat + path).max(work))
     };
     // Pairwise all_to_all posts its N - 1 exchanges at once. Through shared memory they

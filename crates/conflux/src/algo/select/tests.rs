@@ -409,3 +409,20 @@ fn every_row_of_the_table_is_priced_and_nothing_else_is() {
         assert_eq!(Algo::parse(algo.name()), Some(algo));
     }
 }
+
+/// Over loopback TCP with 2 ranks per core, a rooted operation is bound by its work, as on
+/// shared memory: the tree keeps large broadcasts, where pricing the chain's pipelined path
+/// alone had taken them at 0.77-0.80 of the tree (4 ranks, 1-8 MiB). At 3 ranks on 2 cores the
+/// path still decides and the chain keeps them (it was 1.15-1.2x faster at 2-16 MiB).
+#[test]
+fn loopback_tcp_rooted_operations_are_bound_by_their_work_from_two_ranks_per_core() {
+    let m = Model::default();
+    let pick = |n: usize, load: f64, bytes: usize| {
+        let topo = Topo { local_tcp: true, load, ..Topo::single(n, false) };
+        choose(&m, &call(OpKind::Broadcast, bytes), &topo, None).unwrap()
+    };
+    for bytes in [1 << 20, 8 << 20] {
+        assert_eq!(pick(4, 2.0, bytes), Algo::Tree, "{bytes}");
+        assert_eq!(pick(3, 1.5, bytes), Algo::Chain, "{bytes}");
+    }
+}
