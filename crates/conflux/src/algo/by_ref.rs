@@ -11,6 +11,8 @@
 //! Both sides decide alike from the block's length, which they agree on in a correct call;
 //! where they do not, the 16-byte message meets a block's length and fails as a mismatch.
 
+use smallvec::SmallVec;
+
 use super::Step;
 use crate::transport::single_copy::PeerRead;
 use crate::transport::{LinkError, Sink, Transport, Xfer};
@@ -38,12 +40,26 @@ impl Part<'_> {
             Part::Take { into, .. } => into.len(),
         }
     }
+    /// The transfer as a plain message through the link.
+    fn whole(&mut self, tag: u64) -> Xfer<'_> {
+        match self {
+            Part::Give { peer, data } => Xfer::Send { peer: *peer, tag, data },
+            Part::Take { peer, into } => Xfer::Recv { peer: *peer, tag, sink: Sink::Copy(into) },
+        }
+    }
 }
 
 /// Runs the transfers of one step (`Transport::exchange`), large ones to and from local peers
 /// by single copy. Transfers go in the order given.
 pub(crate) fn exchange(t: &mut Transport, s: &Step, parts: &mut [Part<'_>]) -> Result<(), LinkError> {
-    let by_ref: Vec<bool> = parts.iter().map(|p| p.len() >= SINGLE_COPY_FROM && t.can_read_peer(p.peer())).collect();
+    let tag = s.tag;
+    let qualifies = |t: &Transport, p: &Part<'_>| p.len() >= SINGLE_COPY_FROM && t.can_read_peer(p.peer());
+    if !parts.iter().any(|p| qualifies(t, p)) {
+        // Small blocks, or no local peer to read from: one exchange, nothing else allocated.
+        let mut xfers: SmallVec<[Xfer<'_>; 8]> = parts.iter_mut().map(|p| p.whole(tag)).collect();
+        return t.exchange(&mut xfers, s.deadline);
+    }
+    let by_ref: Vec<bool> = parts.iter().map(|p| qualifies(t, p)).collect();
     let refs: Vec<[u8; 16]> = parts
         .iter()
         .map(|p| match p {
@@ -52,7 +68,6 @@ pub(crate) fn exchange(t: &mut Transport, s: &Step, parts: &mut [Part<'_>]) -> R
         })
         .collect();
     let mut theirs = vec![[0u8; 16]; parts.len()];
-    let tag = s.tag;
     // 1. Blocks, and in the place of large ones their address.
     let mut xfers: Vec<Xfer<'_>> = parts
         .iter_mut()
@@ -68,9 +83,6 @@ pub(crate) fn exchange(t: &mut Transport, s: &Step, parts: &mut [Part<'_>]) -> R
         .collect();
     t.exchange(&mut xfers, s.deadline)?;
     drop(xfers);
-    if !by_ref.contains(&true) {
-        return Ok(());
-    }
     // 2. Read what was offered; answer every offer, and hear every answer.
     let mut read = vec![[0u8; 1]; parts.len()];
     for (i, p) in parts.iter_mut().enumerate().filter(|&(i, _)| by_ref[i]) {
@@ -104,15 +116,8 @@ pub(crate) fn exchange(t: &mut Transport, s: &Step, parts: &mut [Part<'_>]) -> R
                 Part::Take { .. } => read[i][0] == 0,
             }
     };
-    let mut xfers: Vec<Xfer<'_>> = parts
-        .iter_mut()
-        .enumerate()
-        .filter(|(i, p)| refused(*i, p))
-        .map(|(_, p)| match p {
-            Part::Give { peer, data } => Xfer::Send { peer: *peer, tag, data },
-            Part::Take { peer, into } => Xfer::Recv { peer: *peer, tag, sink: Sink::Copy(into) },
-        })
-        .collect();
+    let mut xfers: Vec<Xfer<'_>> =
+        parts.iter_mut().enumerate().filter(|(i, p)| refused(*i, p)).map(|(_, p)| p.whole(tag)).collect();
     if xfers.is_empty() {
         return Ok(());
     }
