@@ -90,6 +90,10 @@ pub(crate) fn broadcast(t: &mut Transport, s: &Step, buf: &mut [u8], root: usize
         }
         mask >>= 1;
     }
+    // A leaf is done: an exchange of nothing would still make a progress pass.
+    if sends.is_empty() {
+        return Ok(());
+    }
     t.exchange(&mut sends, s.deadline)
 }
 

@@ -24,30 +24,32 @@
 //! transport, and no later round is published on it: a peer still in it could read the next
 //! one's bytes as its own.
 //!
-//! Inline. A part of at most `INLINE_DATA` (328) bytes travels in rank me's inline block
-//! `inline(me, p)`: up to six 64-byte lines, each carrying its own copy of the round number
-//! beside its data (line 0 also the descriptor). Rank me writes a line's data, then its number
-//! (Release), the last line first and line 0 last; a peer that sees the number in line 0
-//! (Acquire) has every line of the part, all written before it. A waiting peer polls line 0
-//! alone, where the slot path reads `posted` first and the slot and descriptor lines only
-//! after it. At 2 ranks, medians of 5 interleaved runs with ranks bound to cores: 64 B 0.62
-//! against 0.81 us, 256 B 0.67 against 0.84; one line (8 B) had taken it from 0.79-0.98 to
-//! 0.59. (Polling every line's number, as it first did, kept lines moving back and forth
-//! while they were written: 256 B all_to_all and reduce_scatter took 2-3x, all_reduce 1.2x
-//! the time they take polling line 0, 7 alternating runs.) `posted[me] = gen` is stored too, so
-//! that the counter larger chunks wait on never falls behind; no peer reads it meanwhile, so
-//! the store stays in this rank's cache. Reuse is as for slots: the block of parity p is next written at gen + 2,
-//! after every peer announced gen + 1 (in its inline block or `posted`), which it does only
-//! after reading this one. Ranks that disagree on the length take different paths, or
-//! different lines with different descriptors, and find out from the descriptor or from the
-//! call board while they wait.
+//! Inline. A part of at most `INLINE_DATA` (368) bytes travels in rank me's inline block
+//! `inline(me, p)`: six 64-byte lines, the round number and the descriptor in the first 16
+//! bytes, the data after them in one piece. Rank me writes the data beyond the first line,
+//! then the first line's data and the descriptor, and stores the round number last (Release);
+//! a peer that sees it (Acquire) has every byte of the part. A waiting peer polls that one word,
+//! where the slot path reads `posted` first and the slot and descriptor lines only after it;
+//! the first line is written last so that the poller does not take it away mid-write. Readers
+//! borrow the data where it lies, with no copy. (It once carried a round number in every
+//! line, and readers gathered it line by line into a buffer: at 2 ranks, 8-512 B all_gather,
+//! all_to_all and reduce_scatter took 1.05-1.2x the time they take now, the fastest of 11
+//! alternating runs each.) Against the slot path, at 2 ranks, medians of 5 interleaved runs
+//! with ranks bound to cores: 64 B 0.62 against 0.81 us, 256 B 0.67 against 0.84.
+//! `posted[me] = gen` is stored too, so that the counter larger chunks wait on never falls
+//! behind; no peer reads it meanwhile, so the store stays in this rank's cache. Reuse is as
+//! for slots: the block of
+//! parity p is next written at gen + 2, after every peer announced gen + 1 (in its inline block
+//! or `posted`), which it does only after reading this one. Ranks that disagree on the length
+//! take different paths, or lengths with different descriptors, and find out from the
+//! descriptor or from the call board while they wait.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::shm::{inline_lines, inline_span, INLINE_DATA};
+use super::shm::{INLINE_DATA, INLINE_HEAD};
 use super::wait::ring_doorbell;
 use super::{LinkError, Parts, Segment, Transport};
 
@@ -159,18 +161,19 @@ impl<'t> Rounds<'t> {
         let p = (gen % 2) as usize;
         match via {
             Via::Inline => {
-                for j in (0..inline_lines(len)).rev() {
-                    let span = inline_span(j, len);
-                    // SAFETY: the data bytes of line j of inline(me, p) are ours to write: every
-                    // peer finished reading them (Reuse above: this rank's round gen - 1 was
-                    // awaited, and every peer announced it only after reading gen - 2), and none
-                    // reads them again before we store `gen` in that line below.
-                    fill(unsafe { seg.bytes_mut(l.inline_data(me, p, j), span.len()) }, span);
-                    if j == 0 {
-                        seg.u64_at(l.inline_desc(me, p)).store(self.digest, Ordering::Relaxed);
-                    }
-                    seg.u64_at(l.inline_gen(me, p, j)).store(gen, Ordering::Release);
+                // SAFETY: the data bytes of inline(me, p) are ours to write: every peer finished
+                // reading them (Reuse above: this rank's round gen - 1 was awaited, and every
+                // peer announced it only after reading gen - 2), and none reads them again
+                // before we store `gen` below; `len` fits (checked in `round`).
+                let data = unsafe { seg.bytes_mut(l.inline_data(me, p), len) };
+                let head = len.min(INLINE_HEAD);
+                let (first, rest) = data.split_at_mut(head);
+                if !rest.is_empty() {
+                    fill(rest, head..len);
                 }
+                fill(first, 0..head);
+                seg.u64_at(l.inline_desc(me, p)).store(self.digest, Ordering::Relaxed);
+                seg.u64_at(l.inline(me, p)).store(gen, Ordering::Release);
             }
             Via::Slot(place) => {
                 // SAFETY: slot(me, p) is ours to write: every rank finished reading it (Reuse
@@ -190,8 +193,8 @@ impl<'t> Rounds<'t> {
         let l = seg.layout;
         let (n, p) = (l.ranks, (gen % 2) as usize);
         let announced = |k: usize| match via {
-            // Line 0 is written last (Inline above).
-            Via::Inline => seg.u64_at(l.inline_gen(k, p, 0)).load(Ordering::Acquire) >= gen,
+            // Stored after the part and its descriptor (Inline above).
+            Via::Inline => seg.u64_at(l.inline(k, p)).load(Ordering::Acquire) >= gen,
             Via::Slot(_) => seg.u64_at(l.posted(k)).load(Ordering::Acquire) >= gen,
         };
         self.t.wait_until(deadline, || (0..n).all(announced), || (0..n).filter(|&k| !announced(k)).collect())?;
@@ -272,67 +275,29 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
 
     /// Copies bytes `range` of rank k's part into `dst`.
     pub fn copy_part(&self, k: usize, range: Range<usize>, dst: &mut [u8]) {
+        dst.copy_from_slice(self.part(k, range));
+    }
+
+    /// Bytes `range` of rank k's part, borrowed from its slot or inline block.
+    pub fn part(&self, k: usize, range: Range<usize>) -> &[u8] {
         self.check(k, &range);
         let seg = &*self.rounds.seg;
-        let l = seg.layout;
         let p = (self.gen % 2) as usize;
-        match self.via {
-            Via::Inline => {
-                for j in 0..inline_lines(range.end) {
-                    let span = inline_span(j, range.end);
-                    let (lo, hi) = (span.start.max(range.start), span.end);
-                    if lo < hi {
-                        let from = l.inline_data(k, p, j) + (lo - span.start);
-                        // SAFETY: rank k wrote line j's data bytes before it stored `gen` in line 0
-                        // (Release, line 0 last), which this rank saw (`await_round`, Acquire); line
-                        // j is within k's length (checked above); k rewrites them only after this
-                        // rank announces gen + 1, which it cannot while this round lives.
-                        dst[lo - range.start..hi - range.start].copy_from_slice(unsafe { seg.bytes(from, hi - lo) });
-                    }
-                }
-            }
-            Via::Slot(_) => dst.copy_from_slice(self.part(k, range, &mut [])),
-        }
+        let at = match self.via {
+            Via::Inline => seg.layout.inline_data(k, p),
+            Via::Slot(place) => seg.layout.slot(k, p) + place,
+        };
+        // SAFETY: rank k wrote its part before it announced gen (its round number in the inline
+        // block, or `posted`, Release), which this rank saw (`await_round`, Acquire), and
+        // rewrites it only after this rank announces gen + 1, which it cannot while this round,
+        // which the slice borrows, lives. The range lies within k's length, and that length
+        // within what its block or slot holds (checked above).
+        unsafe { seg.bytes(at + range.start, range.len()) }
     }
 
-    /// Bytes `range` of rank k's part: borrowed from its slot, or gathered from its inline
-    /// lines into `into`.
-    pub fn part<'a>(&'a self, k: usize, range: Range<usize>, into: &'a mut [u8]) -> &'a [u8] {
-        self.check(k, &range);
-        match self.via {
-            Via::Inline => {
-                let into = &mut into[..range.len()];
-                self.copy_part(k, range, into);
-                into
-            }
-            Via::Slot(place) => {
-                let seg = &*self.rounds.seg;
-                let at = seg.layout.slot(k, (self.gen % 2) as usize) + place + range.start;
-                // SAFETY: rank k posted gen (`await_round`, Acquire) after writing its slot, and
-                // rewrites it only after this rank posts gen + 1, which it cannot while this
-                // round, which the slice borrows, lives. The length was checked above.
-                unsafe { seg.bytes(at, range.len()) }
-            }
-        }
-    }
-
-    /// Every rank's bytes `range`, by segment index: borrowed from the slots, or gathered
-    /// from the inline lines into `scratch` (grown as needed). Inline, this rank's own part is
-    /// not copied (an empty slice of the right length stands for it): callers take their own
-    /// bytes from their input, or skip them.
-    pub fn parts<'a>(&'a self, range: Range<usize>, scratch: &'a mut Vec<u8>) -> Parts<'a> {
-        let (n, me) = (self.rounds.ranks(), self.rounds.local_rank());
-        let gather = if matches!(self.via, Via::Inline) { range.len() } else { 0 };
-        if scratch.len() < n * gather {
-            scratch.resize(n * gather, 0);
-        }
-        let mut into = scratch[..n * gather].chunks_mut(gather.max(1)).chain(std::iter::repeat_with(|| &mut [][..]));
-        (0..n)
-            .map(|k| match (into.next().unwrap_or_default(), self.via) {
-                (own, Via::Inline) if k == me => &*own,
-                (into, _) => self.part(k, range.clone(), into),
-            })
-            .collect()
+    /// Every rank's bytes `range`, by segment index, borrowed where they lie.
+    pub fn parts(&self, range: Range<usize>) -> Parts<'_> {
+        (0..self.rounds.ranks()).map(|k| self.part(k, range.clone())).collect()
     }
 
     /// Step 3, the large all_reduce's: every rank's parts are `len` bytes of `esize`-byte
@@ -355,7 +320,7 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
         let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
         assert!(len <= l.chunk && (0..n).all(|k| (self.lens)(k) == len), "a share of parts that differ");
         {
-            let parts: Parts<'_> = (0..n).map(|k| self.part(k, mine.clone(), &mut [])).collect();
+            let parts: Parts<'_> = (0..n).map(|k| self.part(k, mine.clone())).collect();
             // SAFETY: slice `mine` of result(p) is written only by this rank (every rank's
             // share is its own slice of the same split of `len`, which every rank's part has,
             // as checked above and by the descriptors), and nobody reads it until this rank

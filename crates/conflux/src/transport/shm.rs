@@ -10,7 +10,7 @@
 //! makes two writers share one)
 //! ```text
 //! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64
-//! rank_ctl(i)       per local rank, 12 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32 | inline(p) for p in {0,1}, 3 lines: six 64-byte lines, the first gen u64, desc u64, 48 data bytes, the others gen u64, 56 data bytes
+//! rank_ctl(i)       per local rank, 12 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32 | inline(p) for p in {0,1}, 3 lines: gen u64, desc u64, then INLINE_DATA data bytes
 //! ring_ctl(i,j)     per ordered pair i->j, 2 lines: tail u64 (written by i) | head u64 (written by j)
 //! ring_data(i,j)    ring_cap bytes per ordered pair (the diagonal is never touched, so never paid for)
 //! slot(i,p)         direct algorithm: chunk bytes per rank and parity p in {0,1}
@@ -28,33 +28,16 @@ use memmap2::{MmapOptions, MmapRaw};
 
 pub(crate) const LINE: usize = 128;
 const MAGIC: u64 = 0x636f_6e66_6c75_7831; // "conflux1"
-const VERSION: u64 = 4;
+const VERSION: u64 = 5;
 const PAGE: usize = 4096;
-/// 64-byte lines in one rank's inline block of one parity: the first carries the chunk number,
-/// the descriptor and `INLINE_HEAD` data bytes; each other its own copy of the chunk number and
-/// `INLINE_REST` more.
-const INLINE_LINES: usize = 6;
-const INLINE_HEAD: usize = 48;
-const INLINE_REST: usize = 56;
-/// Data bytes an inline block carries in all.
-pub(crate) const INLINE_DATA: usize = INLINE_HEAD + (INLINE_LINES - 1) * INLINE_REST;
-/// LINEs an inline block takes.
-const INLINE_BLOCK: usize = INLINE_LINES * 64 / LINE;
-const _: () = assert!((INLINE_LINES * 64).is_multiple_of(LINE), "an inline block fills whole LINEs");
+/// LINEs in one rank's inline block of one parity: six 64-byte cache lines, the round number
+/// and the descriptor in the first 16 bytes, the data in the rest, in one piece.
+const INLINE_BLOCK: usize = 3;
+/// Data bytes an inline block carries.
+pub(crate) const INLINE_DATA: usize = INLINE_BLOCK * LINE - 16;
+/// Of those, the bytes in the block's first 64-byte line, beside the round number.
+pub(crate) const INLINE_HEAD: usize = 64 - 16;
 const RANK_CTL_LINES: usize = 6 + 2 * INLINE_BLOCK;
-
-/// The 64-byte lines a message of `len` bytes (at most `INLINE_DATA`) takes in an inline block.
-pub(crate) fn inline_lines(len: usize) -> usize {
-    debug_assert!(len <= INLINE_DATA);
-    1 + len.saturating_sub(INLINE_HEAD).div_ceil(INLINE_REST)
-}
-
-/// Which bytes of a message line `j` of an inline block carries (capped at `len`).
-pub(crate) fn inline_span(j: usize, len: usize) -> std::ops::Range<usize> {
-    let start = if j == 0 { 0 } else { INLINE_HEAD + (j - 1) * INLINE_REST };
-    let end = INLINE_HEAD + j * INLINE_REST;
-    start.min(len)..end.min(len)
-}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Layout {
@@ -115,22 +98,17 @@ impl Layout {
         self.doorbell(i) + 5 * LINE
     }
     /// The block in which rank i's part of a direct round of at most `INLINE_DATA` bytes, of parity
-    /// p, travels whole: chunk number, descriptor, data (see algo/direct/mod.rs, Inline). Its
-    /// first word is the chunk number of line 0.
+    /// p, travels whole (see transport/rounds.rs, Inline). Its first word is the round number.
     pub fn inline(&self, i: usize, parity: usize) -> usize {
         self.doorbell(i) + (6 + parity * INLINE_BLOCK) * LINE
     }
-    /// The descriptor word of that block, in its line 0.
+    /// The descriptor word of that block, beside the round number.
     pub fn inline_desc(&self, i: usize, parity: usize) -> usize {
         self.inline(i, parity) + 8
     }
-    /// The chunk number of line `j` of that block.
-    pub fn inline_gen(&self, i: usize, parity: usize, j: usize) -> usize {
-        self.inline(i, parity) + 64 * j
-    }
-    /// Where line `j` of that block keeps its data bytes (`inline_span(j, ..)` of the message).
-    pub fn inline_data(&self, i: usize, parity: usize, j: usize) -> usize {
-        self.inline_gen(i, parity, j) + if j == 0 { 16 } else { 8 }
+    /// Where that block's `INLINE_DATA` data bytes start, after the two words.
+    pub fn inline_data(&self, i: usize, parity: usize) -> usize {
+        self.inline(i, parity) + 16
     }
     pub fn tail(&self, from: usize, to: usize) -> usize {
         self.ring_ctl + (from * self.ranks + to) * 2 * LINE
@@ -242,7 +220,7 @@ impl Segment {
 
 #[cfg(test)]
 mod tests {
-    use super::{inline_lines, inline_span, Layout, INLINE_BLOCK, INLINE_DATA, INLINE_LINES, LINE, RANK_CTL_LINES};
+    use super::{Layout, INLINE_BLOCK, INLINE_DATA, LINE, RANK_CTL_LINES};
 
     #[test]
     fn a_chunk_holds_an_element_of_any_type_for_every_rank() {
@@ -250,19 +228,6 @@ mod tests {
             let l = Layout::new(ranks, 4096, 4096);
             assert!(l.chunk / ranks >= 8 && l.chunk.is_multiple_of(4096), "{ranks} ranks: chunk {}", l.chunk);
         }
-    }
-
-    #[test]
-    fn inline_lines_cover_the_message() {
-        for len in 0..=INLINE_DATA {
-            let k = inline_lines(len);
-            assert!(k <= INLINE_LINES, "{len}");
-            // The lines taken carry every byte, and the last of them carries at least one
-            // (but for an empty message).
-            assert_eq!(inline_span(k - 1, len).end, len, "{len}");
-            assert!(len == 0 || !inline_span(k - 1, len).is_empty(), "{len}");
-        }
-        assert_eq!((inline_lines(48), inline_lines(49), inline_lines(256), inline_lines(328)), (1, 2, 5, 6));
     }
 
     #[test]
@@ -274,20 +239,13 @@ mod tests {
                 // desc and board share a line on purpose (see `board`); the rest do not.
                 let words = [l.doorbell(i), l.sleeping(i), l.posted(i), l.reduced(i), l.desc(i, 0), l.cpu(i)];
                 lines.extend(words.iter().map(|w| w / LINE));
-                // Each inline block: its own LINEs, and every piece inside its 64-byte line.
+                // Each inline block: its own LINEs, the two words and the data inside them, and
+                // the block inside the rank's.
                 for p in 0..2 {
                     let block = (l.inline(i, p)..l.inline(i, p) + INLINE_BLOCK * LINE).step_by(LINE);
                     lines.extend(block.map(|at| at / LINE));
-                    let mut carried = 0;
-                    for j in 0..INLINE_LINES {
-                        let (gen, span) = (l.inline_gen(i, p, j), inline_span(j, INLINE_DATA));
-                        assert!(gen.is_multiple_of(64) && l.inline_data(i, p, j) + span.len() <= gen + 64);
-                        assert_eq!(span.start, carried);
-                        carried = span.end;
-                    }
-                    assert_eq!(carried, INLINE_DATA);
-                    // The last line stays inside the block's LINEs, and the block inside the rank's.
-                    assert!(l.inline_gen(i, p, INLINE_LINES - 1) + 64 <= l.inline(i, p) + INLINE_BLOCK * LINE);
+                    assert!(l.inline(i, p).is_multiple_of(LINE) && l.inline_desc(i, p) + 8 <= l.inline_data(i, p));
+                    assert_eq!(l.inline_data(i, p) + INLINE_DATA, l.inline(i, p) + INLINE_BLOCK * LINE);
                     assert!(l.inline(i, p) + INLINE_BLOCK * LINE <= l.doorbell(i) + RANK_CTL_LINES * LINE);
                 }
                 assert_eq!(l.desc(i, 1) / LINE, l.desc(i, 0) / LINE);

@@ -105,7 +105,7 @@ fn transposed(
     esize: usize,
     mut take: impl FnMut(&mut [u8], Range<usize>, &[&[u8]]),
 ) -> Result<(), LinkError> {
-    let (deadline, rotate, scratch) = (cx.s.deadline, !cx.topo.oversubscribed(), &mut *cx.staging);
+    let (deadline, rotate) = (cx.s.deadline, !cx.topo.oversubscribed());
     let mut rounds = cx.t.rounds()?;
     let (n, me) = (blocks.len(), rounds.local_rank());
     debug_assert_eq!((me, n), (cx.s.rank, rounds.ranks()));
@@ -130,9 +130,9 @@ fn transposed(
             }
         };
         let round = rounds.round(via, len, |_| len, fill, deadline)?;
-        // This rank's own part has the length but not the bytes (its block was not written),
-        // which `take` does not read.
-        let got = round.parts(at(me), scratch);
+        // This rank's own part has the length but not the bytes (its block's window was not
+        // written), which `take` does not read.
+        let got = round.parts(at(me));
         take(data, win(me), &got);
         rounds.give_way();
     }

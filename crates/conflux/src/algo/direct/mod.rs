@@ -93,7 +93,7 @@ pub(crate) fn all_reduce(
         };
         let round = rounds.round(Via::Inline, total, |_| total, fill, deadline)?;
         if total > 0 {
-            let slots = round.parts(0..total, cx.staging);
+            let slots = round.parts(0..total);
             reduce_whole(&slots, me, input, out, 0, (dtype, op));
         }
         return Ok(());
@@ -113,7 +113,7 @@ pub(crate) fn all_reduce(
         };
         let round = rounds.round(Via::Slot(place), len, |_| len, fill, deadline)?;
         if small {
-            let slots: Parts<'_> = (0..n).map(|k| round.part(k, 0..len, &mut [])).collect();
+            let slots = round.parts(0..len);
             reduce_whole(&slots, me, input, out, at, (dtype, op));
         } else {
             let reduce = |res: &mut [u8], parts: &[&[u8]]| reduce::reduce_many(dtype, op, res, parts);
