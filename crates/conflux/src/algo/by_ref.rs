@@ -2,11 +2,16 @@
 //! local peer going by single copy: the receiver reads it from the sender's memory
 //! (`transport/single_copy.rs`), one copy where a ring takes two.
 //!
-//! Such a block takes up to three exchanges, each with every peer of the step at once:
-//!  1. the sender sends the block's address and length (16 bytes) in its place;
-//!  2. the receiver reads the block from the sender's memory and tells the sender whether it
-//!     could: one byte. The sender waits for it, so its buffer stays as it is until then;
-//!  3. only if the kernel refused the read, the sender sends the block through the ring.
+//! Such a block takes one exchange with every peer of the step, and a second only where the
+//! kernel refused a read:
+//!  1. the sender sends the block's address and length (16 bytes) in its place, and waits for
+//!     one byte back; its buffer stays as it is until then. The receiver, as soon as the 16
+//!     bytes are in, reads the block from the sender's memory and sends that byte: whether it
+//!     could. Every read is done as its address arrives, whichever peer's comes first, while
+//!     the other transfers go on (`Transport::exchange_then`): with more ranks than cores, a
+//!     rank reads whatever its peers have offered when it gets a core, instead of waiting for
+//!     the last peer's offer, and then for every answer, in two exchanges.
+//!  2. only if the kernel refused the read, the sender sends the block through the ring.
 //!
 //! Both sides decide alike from the block's length, which they agree on in a correct call;
 //! where they do not, the 16-byte message meets a block's length and fails as a mismatch.
@@ -15,7 +20,7 @@ use smallvec::SmallVec;
 
 use super::Step;
 use crate::transport::single_copy::PeerRead;
-use crate::transport::{LinkError, Sink, Transport, Xfer};
+use crate::transport::{LinkError, Sink, Then, Transport, Xfer};
 
 /// Blocks of at least this many bytes between ranks of one host go by single copy.
 pub(crate) const SINGLE_COPY_FROM: usize = 128 << 10;
@@ -68,52 +73,57 @@ pub(crate) fn exchange(t: &mut Transport, s: &Step, parts: &mut [Part<'_>]) -> R
         })
         .collect();
     let mut theirs = vec![[0u8; 16]; parts.len()];
-    // 1. Blocks, and in the place of large ones their address.
-    let mut xfers: Vec<Xfer<'_>> = parts
-        .iter_mut()
-        .zip(&by_ref)
-        .zip(&refs)
-        .zip(theirs.iter_mut())
-        .map(|(((p, &r), addr), th)| match p {
-            Part::Give { peer, data } => Xfer::Send { peer: *peer, tag, data: if r { &addr[..] } else { data } },
-            Part::Take { peer, into } => {
-                Xfer::Recv { peer: *peer, tag, sink: Sink::Copy(if r { &mut th[..] } else { into }) }
-            }
+    let mut heard = vec![[0u8; 1]; parts.len()];
+    let mut read_ok = vec![false; parts.len()];
+    // By part, the peer this rank offers a block to.
+    let offered: Vec<Option<usize>> = (parts.iter().zip(&by_ref))
+        .map(|(p, &r)| match p {
+            Part::Give { peer, .. } if r => Some(*peer),
+            _ => None,
         })
         .collect();
-    t.exchange(&mut xfers, s.deadline)?;
-    drop(xfers);
-    // 2. Read what was offered; answer every offer, and hear every answer.
-    let mut read = vec![[0u8; 1]; parts.len()];
-    for (i, p) in parts.iter_mut().enumerate().filter(|&(i, _)| by_ref[i]) {
-        if let Part::Take { peer, into } = p {
-            let (addr, len) = parse_ref(&theirs[i]);
-            if len != into.len() {
-                let detail = format!("it offered a block of {len} bytes where this rank receives {}", into.len());
-                return Err(t.fail(LinkError::Mismatch { peer: *peer, detail }));
+    {
+        // 1. Each part's message, its block or in its place the address; then, held back, an
+        // answer for each block to read; then the answers awaited for the blocks offered.
+        let mut xfers: Vec<Xfer<'_>> = Vec::with_capacity(2 * parts.len());
+        let mut reads = Vec::new();
+        for (i, ((p, addr), th)) in parts.iter_mut().zip(&refs).zip(theirs.iter_mut()).enumerate() {
+            match p {
+                Part::Give { peer, data } => {
+                    let data = if by_ref[i] { &addr[..] } else { data };
+                    xfers.push(Xfer::Send { peer: *peer, tag, data });
+                }
+                Part::Take { peer, into } => {
+                    if by_ref[i] {
+                        reads.push(Read { part: i, offer: xfers.len(), answer: 0, peer: *peer, into });
+                        xfers.push(Xfer::Recv { peer: *peer, tag, sink: Sink::Copy(&mut th[..]) });
+                    } else {
+                        xfers.push(Xfer::Recv { peer: *peer, tag, sink: Sink::Copy(into) });
+                    }
+                }
             }
-            read[i][0] = u8::from(matches!(t.read_peer(*peer, addr, into)?, PeerRead::Done));
         }
+        for r in &mut reads {
+            r.answer = xfers.len();
+            xfers.push(Xfer::Send { peer: r.peer, tag, data: NOT_READ });
+        }
+        for (h, &peer) in heard.iter_mut().zip(&offered) {
+            if let Some(peer) = peer {
+                xfers.push(Xfer::Recv { peer, tag, sink: Sink::Copy(&mut h[..]) });
+            }
+        }
+        let mut reader = Reader { open: vec![true; xfers.len()], reads, read_ok: &mut read_ok, tag };
+        for r in &reader.reads {
+            reader.open[r.answer] = false;
+        }
+        t.exchange_then(&mut xfers, s.deadline, &mut reader)?;
     }
-    let mut answers = vec![[0u8; 1]; parts.len()];
-    let mut xfers: Vec<Xfer<'_>> = parts
-        .iter()
-        .zip(read.iter().zip(answers.iter_mut()))
-        .zip(&by_ref)
-        .filter(|(_, &r)| r)
-        .map(|((p, (said, heard)), _)| match p {
-            Part::Take { peer, .. } => Xfer::Send { peer: *peer, tag, data: &said[..] },
-            Part::Give { peer, .. } => Xfer::Recv { peer: *peer, tag, sink: Sink::Copy(&mut heard[..]) },
-        })
-        .collect();
-    t.exchange(&mut xfers, s.deadline)?;
-    drop(xfers);
-    // 3. Blocks whose read the kernel refused come through the ring.
+    // 2. Blocks whose read the kernel refused come through the ring.
     let refused = |i: usize, p: &Part<'_>| {
         by_ref[i]
             && match p {
-                Part::Give { .. } => answers[i][0] == 0,
-                Part::Take { .. } => read[i][0] == 0,
+                Part::Give { .. } => heard[i][0] == 0,
+                Part::Take { .. } => !read_ok[i],
             }
     };
     let mut xfers: Vec<Xfer<'_>> =
@@ -122,6 +132,51 @@ pub(crate) fn exchange(t: &mut Transport, s: &Step, parts: &mut [Part<'_>]) -> R
         return Ok(());
     }
     t.exchange(&mut xfers, s.deadline)
+}
+
+/// The answers a reader sends: it read the block, or the kernel refused.
+const READ: &[u8] = &[1];
+const NOT_READ: &[u8] = &[0];
+
+/// A block this rank reads from a peer's memory: part `part` of the step, whose address comes
+/// in transfer `offer`, and whose answer goes out in transfer `answer`.
+struct Read<'a> {
+    part: usize,
+    offer: usize,
+    answer: usize,
+    peer: usize,
+    into: &'a mut [u8],
+}
+
+/// Reads each block as its address arrives and releases its answer (`Then`).
+struct Reader<'r, 'a> {
+    /// Whether each transfer may start: the answers wait for their reads.
+    open: Vec<bool>,
+    reads: Vec<Read<'a>>,
+    /// By part: whether its block was read.
+    read_ok: &'r mut [bool],
+    tag: u64,
+}
+
+impl<'a> Then<'a> for Reader<'_, 'a> {
+    fn ready(&self, i: usize) -> bool {
+        self.open[i]
+    }
+
+    fn done(&mut self, t: &mut Transport, i: usize, xfers: &mut [Xfer<'a>]) -> Result<(), LinkError> {
+        let Some(r) = self.reads.iter_mut().find(|r| r.offer == i) else { return Ok(()) };
+        let Xfer::Recv { sink: Sink::Copy(offer), .. } = &xfers[i] else { unreachable!("an offer is received") };
+        let (addr, len) = parse_ref(offer[..].try_into().expect("an offer has 16 bytes"));
+        if len != r.into.len() {
+            let detail = format!("it offered a block of {len} bytes where this rank receives {}", r.into.len());
+            return Err(LinkError::Mismatch { peer: r.peer, detail });
+        }
+        let ok = matches!(t.read_peer(r.peer, addr, r.into)?, PeerRead::Done);
+        self.read_ok[r.part] = ok;
+        xfers[r.answer] = Xfer::Send { peer: r.peer, tag: self.tag, data: if ok { READ } else { NOT_READ } };
+        self.open[r.answer] = true;
+        Ok(())
+    }
 }
 
 /// A block's address in this process and its length, as the peer that reads it receives them.

@@ -274,10 +274,23 @@ impl Transport {
     /// fails, or the communicator is aborted. Transfers to or from one peer in one direction
     /// complete in the order given.
     pub fn exchange(&mut self, xfers: &mut [Xfer<'_>], deadline: Instant) -> Result<(), LinkError> {
+        self.exchange_then(xfers, deadline, &mut Nothing)
+    }
+
+    /// `exchange`, where `then` holds transfers back until it releases them and hears of each
+    /// transfer as it completes, to act on it at once (read what a message points at, release
+    /// the answer): a step whose later transfers depend on earlier ones runs as one exchange,
+    /// doing each piece of work as soon as the message it needs is in, whichever comes first.
+    pub(crate) fn exchange_then<'a>(
+        &mut self,
+        xfers: &mut [Xfer<'a>],
+        deadline: Instant,
+        then: &mut impl Then<'a>,
+    ) -> Result<(), LinkError> {
         if let Some(e) = &self.broken {
             return Err(e.clone());
         }
-        self.run(xfers, deadline).map_err(|e| self.fail(e))
+        self.run(xfers, deadline, then).map_err(|e| self.fail(e))
     }
 
     /// Makes `e` (in global ranks, traced to its root cause, see `Waiter::explain`) this
@@ -399,7 +412,12 @@ impl Transport {
         )
     }
 
-    fn run(&mut self, xfers: &mut [Xfer<'_>], deadline: Instant) -> Result<(), LinkError> {
+    fn run<'a>(
+        &mut self,
+        xfers: &mut [Xfer<'a>],
+        deadline: Instant,
+        then: &mut impl Then<'a>,
+    ) -> Result<(), LinkError> {
         for x in xfers.iter() {
             let p = x.peer();
             if p == self.rank || p >= self.size || self.links[p].is_none() {
@@ -423,7 +441,7 @@ impl Transport {
                 let (p, send) = (xfers[i].peer(), xfers[i].is_send());
                 let blocked = (0..i).any(|j| !st[j].done && xfers[j].peer() == p && xfers[j].is_send() == send)
                     || (send && self.posted.holds_send_to(p));
-                if blocked {
+                if blocked || !then.ready(i) {
                     continue;
                 }
                 let link = self.links[p].as_mut().expect("checked above");
@@ -432,6 +450,7 @@ impl Transport {
                 if done {
                     st[i].done = true;
                     pending -= 1;
+                    then.done(self, i, xfers)?;
                 }
             }
             if pending == 0 {
@@ -487,6 +506,30 @@ impl Transport {
             }
         };
         r.map_err(|e| self.fail(e))
+    }
+}
+
+/// What an exchange does as its transfers complete (`Transport::exchange_then`).
+pub(crate) trait Then<'a> {
+    /// Whether transfer `i` may start: one held back waits, and so do the transfers after it
+    /// to or from the same peer in the same direction.
+    fn ready(&self, i: usize) -> bool;
+    /// Transfer `i` is complete. May use the transport and rewrite transfers not yet started;
+    /// an error ends the exchange as the transport's failure.
+    fn done(&mut self, t: &mut Transport, i: usize, xfers: &mut [Xfer<'a>]) -> Result<(), LinkError>;
+}
+
+/// A plain exchange: every transfer starts at once, and completing one changes nothing.
+struct Nothing;
+
+impl<'a> Then<'a> for Nothing {
+    #[inline(always)]
+    fn ready(&self, _: usize) -> bool {
+        true
+    }
+    #[inline(always)]
+    fn done(&mut self, _: &mut Transport, _: usize, _: &mut [Xfer<'a>]) -> Result<(), LinkError> {
+        Ok(())
     }
 }
 

@@ -49,8 +49,9 @@ impl Transport {
     }
 
     /// Reads `dst.len()` bytes at address `addr` of local peer `peer`'s memory into `dst`. The
-    /// peer must keep those bytes as they are until told this read is over. Fails, as the
-    /// transport's failure, if the peer is gone or the address is not mapped there.
+    /// peer must keep those bytes as they are until told this read is over. Fails if the peer
+    /// is gone or the address is not mapped there; the exchange it runs in
+    /// (`Transport::exchange_then`) makes that the transport's failure.
     pub(crate) fn read_peer(&mut self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<PeerRead, LinkError> {
         let Some(pid) = self.links.get(peer).and_then(Option::as_ref).and_then(|l| l.pid) else {
             return Ok(PeerRead::Refused);
@@ -85,7 +86,7 @@ impl Transport {
                     _ => LinkError::Io { peer, detail: format!("reading its memory: {err}") },
                 }
             };
-            return Err(self.fail(e));
+            return Err(e);
         }
         Ok(PeerRead::Done)
     }
