@@ -320,7 +320,7 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
         let mine = (elems * me / n) * esize..(elems * (me + 1) / n) * esize;
         assert!(len <= l.chunk && (0..n).all(|k| (self.lens)(k) == len), "a share of parts that differ");
         {
-            let parts: Parts<'_> = (0..n).map(|k| self.part(k, mine.clone())).collect();
+            let parts = self.parts(mine.clone());
             // SAFETY: slice `mine` of result(p) is written only by this rank (every rank's
             // share is its own slice of the same split of `len`, which every rank's part has,
             // as checked above and by the descriptors), and nobody reads it until this rank
