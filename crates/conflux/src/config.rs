@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::algo::{Algo, OpKind};
 use crate::auth::Token;
 use crate::error::{Error, Result};
+use crate::transport::Streaming;
 
 mod launcher;
 mod options;
@@ -104,6 +105,12 @@ pub struct Config {
     /// memory, one copy instead of two through a ring (`CONFLUX_SINGLE_COPY`, default on; see
     /// transport/single_copy.rs). Every rank must agree.
     pub single_copy: bool,
+    /// Whether a shared-memory sender writes large pieces (16 KiB and up) into the ring with
+    /// non-temporal stores (`CONFLUX_SHM_STREAM`: `auto`, the default, where it measures its
+    /// copies running slow, as when the ranks' cores share no cache, and never on a host with
+    /// more local ranks than cores; `on`; `off`; see transport/stream.rs). Each sender chooses
+    /// for itself: the receiver cannot tell.
+    pub shm_stream: Streaming,
     /// Bytes per chunk of the direct shared-segment algorithm (`CONFLUX_SHM_CHUNK`, default 256K).
     pub shm_chunk_bytes: usize,
     /// Largest piece a TCP link writes or reduces at once (`CONFLUX_TCP_CHUNK`, default 256K).
@@ -174,6 +181,7 @@ impl Default for Config {
             node_id: None,
             shm_ring_bytes: 1 << 20,
             single_copy: true,
+            shm_stream: Streaming::Auto,
             shm_chunk_bytes: 256 << 10,
             tcp_chunk_bytes: 256 << 10,
             tcp_inflight: 8,
@@ -217,6 +225,9 @@ impl Config {
         flag_var("CONFLUX_DETERMINISTIC", &mut c.deterministic)?;
         flag_var("CONFLUX_SINGLE_COPY", &mut c.single_copy)?;
         size_var("CONFLUX_SHM_RING", &mut c.shm_ring_bytes)?;
+        if let Some(v) = var("CONFLUX_SHM_STREAM") {
+            c.shm_stream = Streaming::parse(&v.to_ascii_lowercase()).ok_or_else(|| bad("CONFLUX_SHM_STREAM", &v))?;
+        }
         size_var("CONFLUX_SHM_CHUNK", &mut c.shm_chunk_bytes)?;
         size_var("CONFLUX_TCP_CHUNK", &mut c.tcp_chunk_bytes)?;
         size_var("CONFLUX_TCP_INFLIGHT", &mut c.tcp_inflight)?;

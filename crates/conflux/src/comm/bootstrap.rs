@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::sockopt::tune_socket;
 use crate::store::StoreClient;
 use crate::transport::wait::{OnHost, Waiter, Watch};
-use crate::transport::{Layout, Link, Segment, TcpLink, Transport, Window};
+use crate::transport::{Layout, Link, Segment, Streaming, TcpLink, Transport, Window};
 
 /// The first word of a data connection's greeting, and of a control connection's (the
 /// in-flight window's credits, `transport/window.rs`).
@@ -230,13 +230,20 @@ pub(crate) fn build(
         if use_shm { Some(Arc::new(map_segment(store, prefix, &local_ranks, me_local, cfg, deadline)?)) } else { None };
 
     let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
+    // With more local ranks than cores, ranks take turns on a core and a probe's time says more
+    // about who ran than about where the caches are: streaming only when asked for.
+    let oversubscribed = local_ranks.len() > node_cores(&peers, &local_ranks);
+    let streaming = match cfg.shm_stream {
+        Streaming::Auto if oversubscribed => Streaming::Never,
+        s => s,
+    };
     if let Some(seg) = &seg {
         if cfg.single_copy {
             crate::transport::single_copy::allow_peer_reads();
         }
         for (pi, &p) in local_ranks.iter().enumerate() {
             if p != rank {
-                links[p] = Some(Link::shm(seg, me_local, pi, cfg.single_copy.then_some(peers[p].pid)));
+                links[p] = Some(Link::shm(seg, me_local, pi, cfg.single_copy.then_some(peers[p].pid), streaming));
             }
         }
     }
@@ -269,7 +276,6 @@ pub(crate) fn build(
         }
     }
     let monitor = store.monitor(at.world[rank], at.channel, left(deadline))?;
-    let oversubscribed = local_ranks.len() > node_cores(&peers, &local_ranks);
     let spin = cfg.spin.unwrap_or(if oversubscribed { Duration::from_micros(30) } else { Duration::from_micros(50) });
     let host = seg.map(|seg| OnHost { seg, me_local, ranks: local_ranks.clone() });
     let world = at.world.clone();

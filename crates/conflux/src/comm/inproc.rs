@@ -17,7 +17,7 @@ use crate::algo::select::{Model, Topo};
 use crate::algo::Algo;
 use crate::config::AlgoSpec;
 use crate::transport::wait::{OnHost, Waiter, Watch};
-use crate::transport::{Layout, Link, Segment, Transport};
+use crate::transport::{Layout, Link, Segment, Streaming, Transport};
 
 /// Small rings and slots, so that modest messages wrap the rings and take several chunks.
 const RING: usize = 8 << 10;
@@ -27,7 +27,7 @@ const CHUNK: usize = 8 << 10;
 fn lane(n: usize, rank: usize, seg: &Arc<Segment>, topo: &Topo) -> LaneState {
     // Ranks that are threads of this process read each other's memory as peers' processes do.
     let pid = Some(std::process::id());
-    let links = (0..n).map(|p| (p != rank).then(|| Link::shm(seg, rank, p, pid))).collect();
+    let links = (0..n).map(|p| (p != rank).then(|| Link::shm(seg, rank, p, pid, Streaming::Auto))).collect();
     let world: Arc<[usize]> = (0..n).collect();
     let abort = Arc::new(AtomicBool::new(false));
     let spin = Duration::from_micros(20);

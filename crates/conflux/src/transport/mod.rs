@@ -17,6 +17,7 @@ mod ring;
 pub(crate) mod rounds;
 pub(crate) mod shm;
 pub(crate) mod single_copy;
+mod stream;
 mod tcp;
 pub(crate) mod wait;
 mod window;
@@ -26,6 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
+
+pub use stream::Streaming;
 
 use crate::call::{Calls, Fingerprint};
 pub use board::CallBoard;
@@ -140,9 +143,10 @@ pub(crate) struct Link {
 
 impl Link {
     /// A link through segment `seg` to local rank `peer`, whose process `pid` this rank may
-    /// read large blocks from (None: never).
-    pub fn shm(seg: &Arc<Segment>, me: usize, peer: usize, pid: Option<u32>) -> Link {
-        let wire = Wire::Shm { tx: ShmTx::new(seg.clone(), me, peer), rx: ShmRx::new(seg.clone(), peer, me) };
+    /// read large blocks from (None: never), its sends streamed as `streaming` says.
+    pub fn shm(seg: &Arc<Segment>, me: usize, peer: usize, pid: Option<u32>, streaming: Streaming) -> Link {
+        let tx = ShmTx::new(seg.clone(), me, peer, streaming);
+        let wire = Wire::Shm { tx, rx: ShmRx::new(seg.clone(), peer, me) };
         Link { wire, rx: RxState::default(), sent: 0, pid }
     }
     pub fn tcp(link: TcpLink) -> Link {

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use super::frame::{encode_header, ByteSource, HEADER};
 use super::shm::Segment;
+use super::stream::{Copier, Streaming};
 use super::wait::ring_doorbell;
 use super::Advance;
 use crate::call::Fingerprint;
@@ -62,10 +63,12 @@ pub(crate) struct ShmTx {
     tail: u64,
     /// The last head we loaded; refreshed only when the ring looks full.
     head_seen: u64,
+    /// How large pieces go into the ring (`stream.rs`).
+    copier: Copier,
 }
 
 impl ShmTx {
-    pub fn new(seg: Arc<Segment>, from: usize, to: usize) -> ShmTx {
+    pub fn new(seg: Arc<Segment>, from: usize, to: usize, streaming: Streaming) -> ShmTx {
         let l = seg.layout;
         let tail = seg.u64_at(l.tail(from, to)).load(Ordering::Acquire);
         ShmTx {
@@ -76,6 +79,7 @@ impl ShmTx {
             to,
             tail,
             head_seen: tail,
+            copier: Copier::new(streaming),
         }
     }
 
@@ -141,7 +145,8 @@ impl ShmTx {
             // SAFETY: these n bytes lie in free ring space past what we already claimed
             // (free_after checked them against the receiver's head), which only the sender
             // touches until it publishes them.
-            unsafe { self.seg.bytes_mut(at, n) }.copy_from_slice(&data[st.done..st.done + n]);
+            let into = unsafe { self.seg.bytes_mut(at, n) };
+            self.copier.copy(into, &data[st.done..st.done + n]);
             st.done += n;
             moved += n;
             claimed += round_up(n);
@@ -267,7 +272,7 @@ mod tests {
 
     fn pass(lens: &[usize], budget: usize, take: Take) {
         let seg = Arc::new(Segment::create(Layout::new(2, 4096, 4096)).unwrap());
-        let (mut tx, mut rx) = (ShmTx::new(seg.clone(), 0, 1), ShmRx::new(seg, 0, 1));
+        let (mut tx, mut rx) = (ShmTx::new(seg.clone(), 0, 1, Streaming::Auto), ShmRx::new(seg, 0, 1));
         let mut rxs = RxState::default();
         for (m, &len) in lens.iter().enumerate() {
             let len = len / 4 * 4;
@@ -321,7 +326,7 @@ mod tests {
         // messages in their header's record, longer ones, and ones larger than the ring, which
         // go in pieces.
         let seg = Arc::new(Segment::create(Layout::new(2, 4096, 4096)).unwrap());
-        let (mut tx, mut rx) = (ShmTx::new(seg.clone(), 0, 1), ShmRx::new(seg, 0, 1));
+        let (mut tx, mut rx) = (ShmTx::new(seg.clone(), 0, 1, Streaming::Auto), ShmRx::new(seg, 0, 1));
         const LENS: [usize; 9] = [0, 8, 8, 24, 32, 64, 200, 1000, 5000];
         const N: usize = 100_000;
         let payload = |m: usize| -> Vec<u8> { (0..LENS[m % LENS.len()]).map(|i| (i * 31 + m) as u8).collect() };
