@@ -105,7 +105,7 @@ pub struct Config {
     /// memory, one copy instead of two through a ring (`CONFLUX_SINGLE_COPY`, default on; see
     /// transport/single_copy.rs). Every rank must agree.
     pub single_copy: bool,
-    /// Whether a shared-memory sender writes large pieces (16 KiB and up) into the ring with
+    /// Whether a shared-memory sender writes pieces of 2 KiB and up into the ring with
     /// non-temporal stores (`CONFLUX_SHM_STREAM`: `auto`, the default, where it measures its
     /// copies running slow, as when the ranks' cores share no cache, and never on a host with
     /// more local ranks than cores; `on`; `off`; see transport/stream.rs). Each sender chooses

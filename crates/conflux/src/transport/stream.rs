@@ -22,17 +22,20 @@
 
 use std::time::Instant;
 
-/// Pieces shorter than this are copied with ordinary stores: a short piece stays in cache
-/// for the receiver, and a probe would cost more than it saves.
-pub(crate) const STREAM_FROM: usize = 16 << 10;
-/// The bytes of a piece copied and timed to tell near from far.
+/// Pieces shorter than this are copied with ordinary stores: a few lines cost their latency,
+/// whichever way they go.
+pub(crate) const STREAM_FROM: usize = 2 << 10;
+/// Pieces of at least this many bytes are each probed while the lines are near; shorter ones
+/// every `PROBE_EVERY`-th, so that the timing costs them under 1%.
+const PROBE_EACH_FROM: usize = 16 << 10;
+/// The bytes of a piece copied and timed to tell near from far (all of a shorter piece).
 const PROBE: usize = 4 << 10;
 /// Below this rate (bytes per nanosecond) the probe's lines were crossing far. Probes at 2
 /// ranks measured 1-3 far (a quarter of them 4-10), and near 25-45 after ordinary copies
 /// and 5-10 after streamed ones (the lines then come from the shared L3).
 const SLOW_GBPS: f64 = 4.5;
-/// Pieces streamed between two probes while streaming: a probe costs a far copy of `PROBE`
-/// bytes (2-4 us), against a 128 KiB piece's 10-15 us streamed.
+/// Pieces between two probes, but for near pieces of `PROBE_EACH_FROM` bytes or more: a probe
+/// costs a far copy of `PROBE` bytes (2-4 us), against a 128 KiB piece's 10-15 us streamed.
 const PROBE_EVERY: u32 = 8;
 
 /// Whether a sender may stream (`CONFLUX_SHM_STREAM`).
@@ -64,7 +67,7 @@ pub(crate) struct Copier {
     policy: Streaming,
     /// The last probe found the lines crossing far.
     far: bool,
-    /// Pieces streamed since that probe.
+    /// Pieces of `STREAM_FROM` bytes or more copied since that probe.
     since_probe: u32,
     /// Probes in a row that found the lines near.
     fast_probes: u8,
@@ -77,7 +80,8 @@ enum Plan {
     Plain,
     /// All of it streamed.
     Stream,
-    /// Its first `PROBE` bytes with ordinary stores, timed, then as the probe says.
+    /// Its first `PROBE` bytes (or all of it) with ordinary stores, timed, then as the probe
+    /// says.
     Probe,
 }
 
@@ -92,14 +96,15 @@ impl Copier {
             Plan::Plain => dst.copy_from_slice(src),
             Plan::Stream => stream_copy(dst, src),
             Plan::Probe => {
-                let (head, rest) = dst.split_at_mut(PROBE);
+                let probe = src.len().min(PROBE);
+                let (head, rest) = dst.split_at_mut(probe);
                 let start = Instant::now();
-                head.copy_from_slice(&src[..PROBE]);
-                self.probed(PROBE, start.elapsed().as_nanos() as u64);
+                head.copy_from_slice(&src[..probe]);
+                self.probed(probe, start.elapsed().as_nanos() as u64);
                 if self.far {
-                    stream_copy(rest, &src[PROBE..]);
+                    stream_copy(rest, &src[probe..]);
                 } else {
-                    rest.copy_from_slice(&src[PROBE..]);
+                    rest.copy_from_slice(&src[probe..]);
                 }
             }
         }
@@ -112,11 +117,15 @@ impl Copier {
         if self.policy == Streaming::Always {
             return Plan::Stream;
         }
-        if self.far && self.since_probe < PROBE_EVERY {
-            self.since_probe += 1;
-            return Plan::Stream;
+        if self.since_probe >= PROBE_EVERY || (!self.far && len >= PROBE_EACH_FROM) {
+            return Plan::Probe;
         }
-        Plan::Probe
+        self.since_probe += 1;
+        if self.far {
+            Plan::Stream
+        } else {
+            Plan::Plain
+        }
     }
 
     /// Takes a probe's result: `bytes` copied in `ns` nanoseconds. One slow probe means far;
@@ -184,14 +193,20 @@ mod tests {
     #[test]
     fn a_slow_probe_streams_until_two_fast_ones_in_a_row() {
         let mut c = Copier::new(Streaming::Auto);
-        assert_eq!(c.plan(STREAM_FROM - 1), Plan::Plain);
-        assert_eq!(c.plan(STREAM_FROM), Plan::Probe, "near at first: every large piece is probed");
-        c.probed(PROBE, 2_000); // 2 GB/s: far
+        assert_eq!(c.plan(STREAM_FROM - 1), Plan::Plain, "short pieces are never streamed");
+        assert_eq!(c.plan(PROBE_EACH_FROM), Plan::Probe, "near at first: every large piece is probed");
+        c.probed(PROBE, 100); // 40 GB/s: near
+        for _ in 0..PROBE_EVERY {
+            assert_eq!(c.plan(STREAM_FROM), Plan::Plain);
+        }
+        assert_eq!(c.plan(STREAM_FROM), Plan::Probe, "and shorter ones every PROBE_EVERY-th");
+        c.probed(STREAM_FROM, 1_000); // 2 GB/s: far
         let streamed_then_probed = |c: &mut Copier| {
-            for _ in 0..PROBE_EVERY {
-                assert_eq!(c.plan(128 << 10), Plan::Stream);
+            for k in 0..PROBE_EVERY {
+                let len = if k % 2 == 0 { 128 << 10 } else { STREAM_FROM };
+                assert_eq!(c.plan(len), Plan::Stream);
             }
-            assert_eq!(c.plan(1 << 10), Plan::Plain, "short pieces are never streamed");
+            assert_eq!(c.plan(STREAM_FROM - 1), Plan::Plain);
             assert_eq!(c.plan(128 << 10), Plan::Probe);
         };
         streamed_then_probed(&mut c);
