@@ -192,24 +192,33 @@ fn latency_mode_times_calls_alone_and_checks_every_algorithm() {
     }
 }
 
+/// Runs `conflux <args> --check` with `var=value` set, to success, and returns its result rows
+/// (the lines that start with a size), each with no wrong element.
+fn checked_rows(args: &[&str], (var, value): (&str, &str)) -> (Vec<String>, String) {
+    let mut cmd = Command::new(CONFLUX);
+    cmd.args(args).arg("--check");
+    cmd.env("CONFLUX_TIMEOUT_S", "60").env(var, value).env_remove("CONFLUX_ALGO");
+    let out =
+        wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
+    let t = text(&out);
+    assert!(out.status.success(), "{var}={value}: bench failed ({}):\n{t}", out.status);
+    let rows: Vec<String> =
+        t.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).map(String::from).collect();
+    assert!(rows.iter().all(|r| r.split_whitespace().last() == Some("0")), "{var}={value}: wrong elements:\n{t}");
+    (rows, t)
+}
+
 /// Large pairwise all_to_all between processes of one host: each block of 128 KiB or more is
 /// read from the sender's memory (single copy), checked element by element; and the same
 /// through the rings with `CONFLUX_SINGLE_COPY=0`. Both ends of every pair must agree, so a
 /// rank that took the other way would fail the call, not pass it.
 #[test]
 fn large_all_to_all_by_single_copy_and_through_the_rings_is_checked() {
-    let args = ["bench", "all_to_all", "-n", "3", "-b", "512K", "-e", "4M", "-f", "8", "--iters", "3", "--algo"];
+    let args = ["bench", "all_to_all", "-n", "3", "-b", "512K", "-e", "4M", "-f", "8", "--iters", "3"];
     for single in ["1", "0"] {
-        let mut cmd = Command::new(CONFLUX);
-        cmd.args(args).args(["pairwise,auto", "--check"]);
-        cmd.env("CONFLUX_TIMEOUT_S", "60").env("CONFLUX_SINGLE_COPY", single).env_remove("CONFLUX_ALGO");
-        let out =
-            wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
-        let t = text(&out);
-        assert!(out.status.success(), "CONFLUX_SINGLE_COPY={single}: bench failed ({}):\n{t}", out.status);
-        let rows: Vec<&str> = t.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+        let (rows, t) =
+            checked_rows(&[&args[..], &["--algo", "pairwise,auto"]].concat(), ("CONFLUX_SINGLE_COPY", single));
         assert_eq!(rows.len(), 4, "two sizes, pairwise and auto:\n{t}");
-        assert!(rows.iter().all(|r| r.split_whitespace().last() == Some("0")), "wrong elements:\n{t}");
     }
 }
 
@@ -220,17 +229,9 @@ fn large_all_to_all_by_single_copy_and_through_the_rings_is_checked() {
 fn streamed_and_plain_ring_pieces_are_checked() {
     let args = ["bench", "all", "-n", "3", "-b", "4K", "-e", "2M", "-f", "8", "--iters", "3", "--root", "2"];
     for stream in ["on", "off"] {
-        let mut cmd = Command::new(CONFLUX);
-        cmd.args(args).args(["--algo", "ring,chain", "--check"]);
-        cmd.env("CONFLUX_TIMEOUT_S", "60").env("CONFLUX_SHM_STREAM", stream).env_remove("CONFLUX_ALGO");
-        let out =
-            wait_output(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120)).0;
-        let t = text(&out);
-        assert!(out.status.success(), "CONFLUX_SHM_STREAM={stream}: bench failed ({}):\n{t}", out.status);
-        let rows: Vec<&str> = t.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+        let (rows, t) = checked_rows(&[&args[..], &["--algo", "ring,chain"]].concat(), ("CONFLUX_SHM_STREAM", stream));
         // all_reduce, all_gather, reduce_scatter by ring, broadcast by chain, reduce by both;
         // no row for all_to_all, which neither implements.
         assert_eq!(rows.len(), 6 * 4, "four sizes of six rows:\n{t}");
-        assert!(rows.iter().all(|r| r.split_whitespace().last() == Some("0")), "wrong elements:\n{t}");
     }
 }

@@ -1,4 +1,4 @@
-//! How a sender copies a large piece into a shared-memory ring: with ordinary stores, or with
+//! How a sender copies a piece into a shared-memory ring: with ordinary stores, or with
 //! non-temporal ones that go to memory instead of into this core's cache.
 //!
 //! Ordinary stores are the fast way while the sender and receiver share a cache: the receiver
@@ -24,7 +24,7 @@ use std::time::Instant;
 
 /// Pieces shorter than this are copied with ordinary stores: a few lines cost their latency,
 /// whichever way they go.
-pub(crate) const STREAM_FROM: usize = 2 << 10;
+const STREAM_FROM: usize = 2 << 10;
 /// Pieces of at least this many bytes are each probed while the lines are near; shorter ones
 /// every `PROBE_EVERY`-th, so that the timing costs them under 1%.
 const PROBE_EACH_FROM: usize = 16 << 10;
@@ -130,9 +130,9 @@ impl Copier {
 
     /// Takes a probe's result: `bytes` copied in `ns` nanoseconds. The copier changes its mind
     /// on two probes in a row: a near probe can run slow (a page fault, a preemption, lines
-    /// evicted meanwhile), and streaming near costs mid-sized pieces 1.3-1.5 times their time,
-    /// which 8 pieces and more streamed for one slow probe showed (all_reduce of 4-16 KiB at
-    /// 2 ranks, 1.1-1.3x). A probe that disagrees with the state has the next piece probed.
+    /// evicted meanwhile), and streaming near costs mid-sized pieces 1.3-1.5 times their time
+    /// (ring all_gather of 4-64 KiB at 2 ranks, forced on against off). A probe that disagrees
+    /// with the state has the next piece probed.
     fn probed(&mut self, bytes: usize, ns: u64) {
         let slow = (bytes as f64) < SLOW_GBPS * ns as f64;
         if slow != self.far && !self.doubt {
@@ -148,7 +148,7 @@ impl Copier {
 
 /// Copies `src` into `dst` with non-temporal stores where the target has them, then fences
 /// them, so that a later Release store orders after every byte.
-pub(crate) fn stream_copy(dst: &mut [u8], src: &[u8]) {
+fn stream_copy(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "stream_copy of unequal lengths");
     #[cfg(target_arch = "x86_64")]
     {
