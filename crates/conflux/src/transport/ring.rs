@@ -4,7 +4,8 @@
 //! monotonically increasing byte positions; the ring offset is `pos % cap`. Bytes in
 //! `[head, tail)` belong to the receiver, the rest of the ring to the sender. The sender writes
 //! bytes, then publishes them with a Release store of `tail`; the receiver's Acquire load of
-//! `tail` makes them visible. Symmetrically the receiver publishes freed space with a Release
+//! `tail` makes them visible. (Bytes written with non-temporal stores, `stream.rs`, are fenced
+//! before that store, which Release alone would not order.) Symmetrically the receiver publishes freed space with a Release
 //! store of `head`. After each publication the writer rings the other side's doorbell
 //! (`wait.rs`), so that a sleeping peer wakes.
 //!
@@ -63,7 +64,7 @@ pub(crate) struct ShmTx {
     tail: u64,
     /// The last head we loaded; refreshed only when the ring looks full.
     head_seen: u64,
-    /// How large pieces go into the ring (`stream.rs`).
+    /// How pieces of 2 KiB and more go into the ring: plain or streamed (`stream.rs`).
     copier: Copier,
 }
 
