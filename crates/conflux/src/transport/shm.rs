@@ -9,7 +9,7 @@
 //! # Layout (offsets in bytes; LINE = 128, two cache lines, so that adjacent-line prefetch never
 //! makes two writers share one)
 //! ```text
-//! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64
+//! 0                 header: magic u64, version u64, ranks u64, ring_cap u64, chunk u64, ring key u64
 //! rank_ctl(i)       per local rank, 12 lines: doorbell u32 | sleeping u32 | posted u64 | reduced u64 | desc [u64; 2] board [[u64; 3]; 2] | cpu u32 | inline(p) for p in {0,1}, 3 lines: gen u64, desc u64, then INLINE_DATA data bytes
 //! ring_ctl(i,j)     per ordered pair i->j, 2 lines: tail u64 (written by i) | head u64 (written by j)
 //! ring_data(i,j)    ring_cap bytes per ordered pair (the diagonal is never touched, so never paid for)
@@ -28,7 +28,9 @@ use memmap2::{MmapOptions, MmapRaw};
 
 pub(crate) const LINE: usize = 128;
 const MAGIC: u64 = 0x636f_6e66_6c75_7831; // "conflux1"
-const VERSION: u64 = 5;
+const VERSION: u64 = 6;
+/// Where the header keeps the rings' stamp key (`ring.rs`, Stamps).
+const RING_KEY: usize = 5 * 8;
 const PAGE: usize = 4096;
 /// LINEs in one rank's inline block of one parity: six 64-byte cache lines, the round number
 /// and the descriptor in the first 16 bytes, the data in the rest, in one piece.
@@ -146,6 +148,10 @@ impl Segment {
         {
             seg.u64_at(i * 8).store(v, std::sync::atomic::Ordering::Release);
         }
+        // Random per segment (std's hasher keys come from the OS's randomness), so that no
+        // payload a program sends can be made to look like a stamp.
+        let key = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), layout.total);
+        seg.u64_at(RING_KEY).store(key, std::sync::atomic::Ordering::Release);
         Ok(seg)
     }
 
@@ -169,6 +175,11 @@ impl Segment {
     fn map(file: File, layout: Layout) -> std::io::Result<Segment> {
         let map = MmapOptions::new().len(layout.total).map_raw(&file)?;
         Ok(Segment { map, layout, file })
+    }
+
+    /// The key every ring of this segment mixes into its stamps (`ring.rs`, Stamps).
+    pub fn ring_key(&self) -> u64 {
+        self.u64_at(RING_KEY).load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The descriptor other local ranks open through /proc.
