@@ -480,7 +480,7 @@ mod tests {
         // Whole messages, one in its header record and one of three records: with `tail` put
         // back where it was, as if its store were not yet visible, the receiver takes each whole.
         for (m, len) in [(0u64, 16usize), (1, 100)] {
-            let data: Vec<u8> = (0..len).map(|i| (i * 13) as u8 + m as u8).collect();
+            let data: Vec<u8> = (0..len).map(|i| ((i * 13) as u8).wrapping_add(m as u8)).collect();
             let before = tail.load(Ordering::Relaxed);
             assert!(tx.send((m, Fingerprint::NONE), &data, &mut SendProgress::default(), 4096).done);
             let after = tail.swap(before, Ordering::Relaxed);
