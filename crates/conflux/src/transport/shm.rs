@@ -148,8 +148,8 @@ impl Segment {
         {
             seg.u64_at(i * 8).store(v, std::sync::atomic::Ordering::Release);
         }
-        // Random per segment (std's hasher keys come from the OS's randomness), so that no
-        // payload a program sends can be made to look like a stamp.
+        // Random per segment (std seeds its hasher keys from the OS), so that a payload word
+        // equals a stamp only by chance: no data a program sends is built from this key.
         let key = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), layout.total);
         seg.u64_at(RING_KEY).store(key, std::sync::atomic::Ordering::Release);
         Ok(seg)
