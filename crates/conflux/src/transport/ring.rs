@@ -8,8 +8,8 @@
 //! written with non-temporal stores, `stream.rs`, are fenced before those stores, which Release
 //! alone would not order.) The one word of the sender's part that the receiver reads is the
 //! stamp of the next header record, atomically. Symmetrically the receiver publishes freed
-//! space with a Release store of `head`. After each publication the writer rings the other side's doorbell
-//! (`wait.rs`), so that a sleeping peer wakes.
+//! space with a Release store of `head`. After each publication the writer rings the other
+//! side's doorbell (`wait.rs`), so that a sleeping peer wakes.
 //!
 //! The receiver publishes `head` lazily: once an eighth of the ring is freed, whenever it finds
 //! nothing more to read, and before its rank waits for anything (`Transport::flush_heads`).
@@ -336,13 +336,14 @@ impl ByteSource for ShmRx {
     fn available(&mut self) -> Result<&[u8], super::LinkError> {
         if self.head == self.next {
             // A boundary: the stamp first, `tail` only for a header whose payload follows.
+            let mut whole = false;
             if self.tail_seen == self.head {
                 match self.stamped() {
                     Stamped::Nothing => {
                         self.flush();
                         return Ok(&[]);
                     }
-                    Stamped::Whole => self.tail_seen = message_end(self.next, self.next_len()),
+                    Stamped::Whole => whole = true,
                     Stamped::Header => {
                         let tail = self.seg.u64_at(self.tail_off).load(Ordering::Acquire);
                         self.tail_seen = tail.max(self.head + RECORD as u64);
@@ -350,6 +351,9 @@ impl ByteSource for ShmRx {
                 }
             }
             self.next = message_end(self.next, self.next_len());
+            if whole {
+                self.tail_seen = self.next;
+            }
         } else if self.tail_seen == self.head {
             // `tail` may lag behind head: a stamp, stored before it, took this side further.
             self.tail_seen = self.seg.u64_at(self.tail_off).load(Ordering::Acquire).max(self.head);
@@ -363,9 +367,8 @@ impl ByteSource for ShmRx {
         let at = self.data_off + (self.head % cap) as usize;
         // SAFETY: bytes in [head, tail_seen) were published by the sender with a Release store
         // (`tail`, or a stamp: of a whole message, or of its header record) that our Acquire
-        // load saw; the sender does not
-        // touch them again until we move head past them, and the slice is gone before we do
-        // (consume takes &mut self).
+        // load saw; the sender does not touch them again until we move head past them, and the
+        // slice is gone before we do (consume takes &mut self).
         Ok(unsafe { self.seg.bytes(at, n) })
     }
 
