@@ -68,6 +68,11 @@ fn stamp(key: u64, pos: u64, whole: bool) -> u64 {
     key ^ (pos | 2 | u64::from(whole))
 }
 
+/// Where ring position `pos` lies in the segment, for a ring whose data starts at `data_off`.
+fn offset(data_off: usize, cap: u64, pos: u64) -> usize {
+    data_off + (pos % cap) as usize
+}
+
 /// Where a message whose header record is at `pos` ends: the next message's header record.
 fn message_end(pos: u64, len: u64) -> u64 {
     pos + RECORD as u64 + if len > INLINE as u64 { round_up(len as usize) as u64 } else { 0 }
@@ -175,7 +180,7 @@ impl ShmTx {
             if n == 0 {
                 break;
             }
-            let at = self.data_off + ((self.tail + claimed as u64) % cap) as usize;
+            let at = offset(self.data_off, cap, self.tail + claimed as u64);
             // SAFETY: these n bytes lie in free ring space past what we already claimed
             // (free_after checked them against the receiver's head), which only the sender
             // touches until it publishes them.
@@ -190,7 +195,7 @@ impl ShmTx {
             // Last, in one burst: a receiver waiting for this message polls this record's
             // stamp, and a header written first, while it polls, would cross between the cores
             // twice (a 512-byte broadcast at 2 ranks took 1.15x the time).
-            let at = self.data_off + (pos % cap) as usize;
+            let at = offset(self.data_off, cap, pos);
             // SAFETY: the RECORD bytes at `pos` are free ring space (checked above), which only
             // the sender touches until it publishes them; the slice leaves out the stamp, which
             // the receiver may be polling and which is stored atomically below.
@@ -264,14 +269,17 @@ impl ShmRx {
         }
     }
 
-    /// The ring offset of position `pos`.
-    fn offset(&self, pos: u64) -> usize {
-        self.data_off + (pos % self.seg.layout.ring_cap as u64) as usize
+    /// Where the header record at `next` lies in the segment.
+    fn next_at(&self) -> usize {
+        offset(self.data_off, self.seg.layout.ring_cap as u64, self.next)
     }
 
     /// What the stamp of the header record at `next` says (Acquire: with it, the header).
     fn stamped(&self) -> Stamped {
-        let word = self.seg.u64_at(self.offset(self.next) + STAMP_AT).load(Ordering::Acquire);
+        let word = self
+            .seg
+            .u64_at(offset(self.data_off, self.seg.layout.ring_cap as u64, self.next) + STAMP_AT)
+            .load(Ordering::Acquire);
         if word == stamp(self.key, self.next, true) {
             Stamped::Whole
         } else if word == stamp(self.key, self.next, false) {
@@ -287,7 +295,7 @@ impl ShmRx {
         // SAFETY: the header's bytes were written before its stamp or `tail` was stored
         // (Release), which this side loaded (Acquire); the sender does not touch them again
         // until head passes them, which cannot happen during this read.
-        let len = unsafe { self.seg.bytes(self.offset(self.next) + 8, 8) };
+        let len = unsafe { self.seg.bytes(self.next_at() + 8, 8) };
         u64::from_le_bytes(len.try_into().expect("8 bytes"))
     }
 
@@ -364,7 +372,7 @@ impl ByteSource for ShmRx {
         let cap = self.seg.layout.ring_cap as u64;
         let to_end = cap - self.head % cap;
         let n = (self.tail_seen - self.head).min(to_end) as usize;
-        let at = self.data_off + (self.head % cap) as usize;
+        let at = offset(self.data_off, cap, self.head);
         // SAFETY: bytes in [head, tail_seen) were published by the sender with a Release store
         // (`tail`, or a stamp: of a whole message, or of its header record) that our Acquire
         // load saw; the sender does not touch them again until we move head past them, and the

@@ -16,9 +16,9 @@
 //! crossing far, and the rest of the piece, and the next `PROBE_EVERY` pieces, are streamed;
 //! then it probes again. It changes its mind only on two probes in a row (`probed`). The
 //! receiver cannot tell the difference: `stream_copy` ends with a store fence, so the ring's
-//! Release stores (a header record's stamp, `tail`) still publish every byte. With more ranks than cores the probe
-//! times who ran more than where the caches are, so there the communicator never streams
-//! unless asked to (`comm/bootstrap.rs`).
+//! Release stores (a header record's stamp, `tail`) still publish every byte. With more ranks
+//! than cores the probe times who ran more than where the caches are, so there the
+//! communicator never streams unless asked to (`comm/bootstrap.rs`).
 
 use std::time::Instant;
 
