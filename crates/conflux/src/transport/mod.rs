@@ -328,6 +328,15 @@ impl Transport {
     /// `fail` would have done them. Does nothing otherwise, or a second time.
     #[inline]
     pub(crate) fn settle_failure(&mut self, dump: impl FnOnce(&LinkError, &Waiter)) {
+        // Looked at after every call: the look stays in the caller, the rest out of its way.
+        if self.new_failure.is_some() {
+            self.settle_new_failure(dump);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn settle_new_failure(&mut self, dump: impl FnOnce(&LinkError, &Waiter)) {
         let Some(p) = self.new_failure.take() else { return };
         dump(&p.e, &self.waiter);
         if p.report {

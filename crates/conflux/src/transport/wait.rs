@@ -67,6 +67,15 @@ pub(crate) fn ring_doorbell(seg: &Segment, i: usize) {
     }
 }
 
+/// Local peer `peer` published call `theirs` at number `seq`, where this rank is in `mine`.
+#[cold]
+fn mismatch(peer: usize, seq: u64, theirs: Fingerprint, mine: Fingerprint) -> LinkError {
+    LinkError::Mismatch {
+        peer,
+        detail: format!("in collective call #{seq} it called {theirs}, this rank called {mine}"),
+    }
+}
+
 /// What a rank watches while it waits.
 pub(crate) struct Waiter {
     /// This host's segment (doorbells, call boards) and this rank's index in it.
@@ -221,9 +230,20 @@ impl Waiter {
     /// and overwritten it. A message of the mismatched call that a later point-to-point
     /// receive meets fails that receive (`Calls::finished`). Ranks whose part of the call was
     /// TCP only have no fence between publishing and reading, as before this check moved.
+    #[inline]
     pub fn leave_call(&self, proven: impl Fn(usize) -> bool) -> Result<(), LinkError> {
-        self.check_board(self.calls.before, &proven)?;
-        self.check_board(self.calls.now, &proven)
+        let Some(seg) = &self.seg else { return Ok(()) };
+        for (i, &peer) in self.seg_ranks.iter().enumerate() {
+            if i == self.me_local || proven(peer) {
+                continue;
+            }
+            for (seq, mine) in [self.calls.before, self.calls.now] {
+                if let Some(theirs) = board::read(seg, i, seq).filter(|theirs| *theirs != mine) {
+                    return Err(mismatch(peer, seq, theirs, mine));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Local rank `i`'s call number `seq`, if its board still holds it.
@@ -259,10 +279,7 @@ impl Waiter {
                 continue;
             }
             match board::read(seg, i, seq) {
-                Some(theirs) if i != self.me_local && theirs != mine => {
-                    let detail = format!("in collective call #{seq} it called {theirs}, this rank called {mine}");
-                    return Err(LinkError::Mismatch { peer, detail });
-                }
+                Some(theirs) if i != self.me_local && theirs != mine => return Err(mismatch(peer, seq, theirs, mine)),
                 _ => {}
             }
         }
