@@ -1,6 +1,7 @@
 //! conflux: collective communication for CPU processes over shared memory and TCP.
 
 pub mod auth;
+mod bytes;
 mod call;
 pub mod dtype;
 mod sockopt;

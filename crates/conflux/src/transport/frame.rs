@@ -84,7 +84,7 @@ impl<'a> Sink<'a> {
     fn take(&mut self, at: usize, bytes: &[u8]) -> usize {
         match self {
             Sink::Copy(buf) => {
-                buf[at..at + bytes.len()].copy_from_slice(bytes);
+                crate::bytes::copy(&mut buf[at..at + bytes.len()], bytes);
                 bytes.len()
             }
             Sink::Reduce { buf, dtype, op } => {

@@ -202,7 +202,7 @@ impl ShmTx {
             let record = unsafe { self.seg.bytes_mut(at, STAMP_AT) };
             record[..HEADER].copy_from_slice(&encode_header(tag, data.len(), call));
             if data.len() <= INLINE {
-                record[HEADER..HEADER + data.len()].copy_from_slice(data);
+                crate::bytes::copy(&mut record[HEADER..HEADER + data.len()], data);
                 st.done = data.len();
             }
             // After the header and every payload byte written so far (streamed ones are fenced

@@ -274,7 +274,7 @@ impl<L: Fn(usize) -> usize> Round<'_, '_, L> {
 
     /// Copies bytes `range` of rank k's part into `dst`.
     pub fn copy_part(&self, k: usize, range: Range<usize>, dst: &mut [u8]) {
-        dst.copy_from_slice(self.part(k, range));
+        crate::bytes::copy(dst, self.part(k, range));
     }
 
     /// Bytes `range` of rank k's part, borrowed from its slot or inline block.

@@ -88,8 +88,8 @@ pub(crate) fn all_reduce(
     let (n, me) = (rounds.ranks(), rounds.local_rank());
     if total <= INLINE_DATA {
         let fill = |dst: &mut [u8], r: Range<usize>| match input {
-            Some(i) => dst.copy_from_slice(&i[r]),
-            None => each_span(out, r, |span, off| dst[off..off + span.len()].copy_from_slice(span)),
+            Some(i) => crate::bytes::copy(dst, &i[r]),
+            None => each_span(out, r, |span, off| crate::bytes::copy(&mut dst[off..off + span.len()], span)),
         };
         let round = rounds.round(Via::Inline, total, |_| total, fill, deadline)?;
         if total > 0 {
