@@ -314,6 +314,7 @@ fn map_segment(
     if me_local == 0 {
         let seg = Segment::create(layout).map_err(|e| Error::setup("creating the shared segment (memfd)", e))?;
         store.set(&key, format!("{} {}", std::process::id(), seg.raw_fd()).as_bytes())?;
+        seg.prefault(me_local);
         Ok(seg)
     } else {
         let v = store.get(&key, left(deadline))?;
@@ -322,8 +323,10 @@ fn map_segment(
         let (Some(Ok(pid)), Some(Ok(fd))) = (it.next(), it.next()) else {
             return Err(Error::Config(format!("malformed shared segment handle {s:?}")));
         };
-        Segment::open(pid as u32, fd as i32, layout)
-            .map_err(|e| Error::setup(format!("opening rank {}'s shared segment through /proc", local_ranks[0]), e))
+        let seg = Segment::open(pid as u32, fd as i32, layout)
+            .map_err(|e| Error::setup(format!("opening rank {}'s shared segment through /proc", local_ranks[0]), e))?;
+        seg.prefault(me_local);
+        Ok(seg)
     }
 }
 
