@@ -232,18 +232,7 @@ impl Waiter {
     /// TCP only have no fence between publishing and reading, as before this check moved.
     #[inline]
     pub fn leave_call(&self, proven: impl Fn(usize) -> bool) -> Result<(), LinkError> {
-        let Some(seg) = &self.seg else { return Ok(()) };
-        for (i, &peer) in self.seg_ranks.iter().enumerate() {
-            if i == self.me_local || proven(peer) {
-                continue;
-            }
-            for (seq, mine) in [self.calls.before, self.calls.now] {
-                if let Some(theirs) = board::read(seg, i, seq).filter(|theirs| *theirs != mine) {
-                    return Err(mismatch(peer, seq, theirs, mine));
-                }
-            }
-        }
-        Ok(())
+        self.check_board(&[self.calls.before, self.calls.now], proven)
     }
 
     /// Local rank `i`'s call number `seq`, if its board still holds it.
@@ -270,17 +259,21 @@ impl Waiter {
         s
     }
 
-    /// Fails if a local peer, but those `skip` names, made call `seq` with another fingerprint
-    /// than `mine`.
-    fn check_board(&self, (seq, mine): (u64, Fingerprint), skip: impl Fn(usize) -> bool) -> Result<(), LinkError> {
+    /// Fails if a local peer, but those `skip` names, made one of `calls` (number, fingerprint)
+    /// with another fingerprint than this rank's. One pass over the peers, `skip` asked once
+    /// each: leaving a call checks two calls, and two passes cost 7 ns of an 8-byte call's 72
+    /// at 1 rank.
+    #[inline]
+    fn check_board(&self, calls: &[(u64, Fingerprint)], skip: impl Fn(usize) -> bool) -> Result<(), LinkError> {
         let Some(seg) = &self.seg else { return Ok(()) };
         for (i, &peer) in self.seg_ranks.iter().enumerate() {
             if i == self.me_local || skip(peer) {
                 continue;
             }
-            match board::read(seg, i, seq) {
-                Some(theirs) if i != self.me_local && theirs != mine => return Err(mismatch(peer, seq, theirs, mine)),
-                _ => {}
+            for &(seq, mine) in calls {
+                if let Some(theirs) = board::read(seg, i, seq).filter(|theirs| *theirs != mine) {
+                    return Err(mismatch(peer, seq, theirs, mine));
+                }
             }
         }
         Ok(())
@@ -417,7 +410,7 @@ impl Waiter {
     /// Fails if a local peer is in this rank's call number with another call, or if
     /// `Liveness::check` fails.
     pub fn check_liveness(&mut self, awaited: &[usize]) -> Result<(), LinkError> {
-        self.check_board(self.calls.now, |_| false)?;
+        self.check_board(&[self.calls.now], |_| false)?;
         if self.live.check(awaited)? == NextLook::Soon {
             // Look again soon rather than a whole slice later.
             self.last_check = Instant::now() - SLICE + Duration::from_millis(1);
