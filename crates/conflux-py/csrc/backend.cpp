@@ -254,7 +254,10 @@ class ConfluxWork : public c10d::Work {
       // Whoever asks for the future (DDP) waits on it inside torch, where nothing records it.
       for (void* t : traces_) api->trace_elsewhere(t);
       f = future_;
-      settle = settled_;
+      // Settled here only once the Work itself is complete (its profiler range ended, see
+      // `complete`); asked for earlier, `complete` settles it.
+      settle = settled_ && completed_;
+      future_settled_here_ = settle;
     }
     if (settle) settle_future(f);
     return f;
@@ -322,15 +325,22 @@ class ConfluxWork : public c10d::Work {
       }
     }
     plan_ = Plan();  // the tensors are the caller's again
-    c10::intrusive_ptr<c10::ivalue::Future> f;
     {
       std::lock_guard<std::mutex> g(mutex_);
       outcome_ = error;
       settled_ = true;
-      f = future_;  // one asked for before now is settled here; a later one by getFuture
+    }
+    // The Work before its future: finish() ends the operation's torch.profiler range and
+    // releases wait(), and a caller waiting on the future (DDP) may leave the profiler's region
+    // the moment it is settled. A range ended after that wrote into a profile being torn down,
+    // and freeing the profile crashed in kineto (about 1 job in 10 of the traced test).
+    finish(error);
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (!future_settled_here_) f = future_;  // asked for before now; a later one settles itself
     }
     if (f) settle_future(f);
-    finish(error);
   }
 
   void settle_future(const c10::intrusive_ptr<c10::ivalue::Future>& f) {
@@ -350,6 +360,7 @@ class ConfluxWork : public c10d::Work {
   std::vector<void*> traces_;   // the operations' wait trackers, when traced (filled by start)
   std::vector<void*> helpers_;  // what runs the operations on a waiting thread (filled by start)
   bool settled_ = false;        // the outcome is final (guarded by mutex_)
+  bool future_settled_here_ = false;  // getFuture settled future_ itself (guarded by mutex_)
   std::exception_ptr outcome_;  // the call's error, once settled
 };
 
