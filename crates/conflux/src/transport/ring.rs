@@ -276,10 +276,7 @@ impl ShmRx {
 
     /// What the stamp of the header record at `next` says (Acquire: with it, the header).
     fn stamped(&self) -> Stamped {
-        let word = self
-            .seg
-            .u64_at(offset(self.data_off, self.seg.layout.ring_cap as u64, self.next) + STAMP_AT)
-            .load(Ordering::Acquire);
+        let word = self.seg.u64_at(self.next_at() + STAMP_AT).load(Ordering::Acquire);
         if word == stamp(self.key, self.next, true) {
             Stamped::Whole
         } else if word == stamp(self.key, self.next, false) {

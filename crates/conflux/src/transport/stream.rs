@@ -93,7 +93,7 @@ impl Copier {
     /// Copies `src` into `dst` (ring space of the same length).
     pub fn copy(&mut self, dst: &mut [u8], src: &[u8]) {
         match self.plan(src.len()) {
-            Plan::Plain => dst.copy_from_slice(src),
+            Plan::Plain => crate::bytes::copy(dst, src),
             Plan::Stream => stream_copy(dst, src),
             Plan::Probe => {
                 let probe = src.len().min(PROBE);
